@@ -1,0 +1,2 @@
+export * from "./PgCluster.ts"
+export * from "./TestDatabase.ts"
