@@ -55,3 +55,17 @@ export const MigratedDatabase = Layer.effectDiscard(runMigrations()).pipe(
 
 /** An empty database with a `SqlClient`, for tests of the migrations themselves. */
 export const EmptyDatabase = clientFor.pipe(Layer.provideMerge(TestDatabaseEmpty))
+
+/** A scoped `SqlClient` on a fresh, empty database: for tests that need several independent databases or pools. */
+export const freshDatabaseClient = (options: { readonly maxConnections?: number } = {}) =>
+  Effect.gen(function* () {
+    const db = yield* createDatabase
+    const sql = yield* connect(db.url, options)
+    return { db, sql }
+  })
+
+/** A scoped pool on an existing database (a second "process" on the same database). */
+export const connect = (url: string, options: { readonly maxConnections?: number } = {}) =>
+  PgClient.make({ url: Redacted.make(url), maxConnections: options.maxConnections ?? 4, onnotice: () => {} }).pipe(
+    Effect.provide(Reactivity.layer)
+  )
