@@ -78,7 +78,7 @@ describe("Lease fencing (DESIGN: claim = lease; later transitions WHERE id = $1 
         "work",
         claimed
       )
-      expect(result.moved.sort()).toEqual([claimed[1]!.id, claimed[2]!.id].sort())
+      expect([...result.moved].sort()).toEqual([claimed[1]!.id, claimed[2]!.id].sort())
       expect(result.lost.map((lost) => lost.id)).toEqual([claimed[0]!.id])
     }).pipe(Effect.provide(PgClusterFromVitest)))
 

@@ -19,7 +19,7 @@ const withDatabase = (url: string, database: string) => {
 }
 
 const adminClient = (adminUrl: string) =>
-  PgClient.make({ url: Redacted.make(adminUrl), maxConnections: 1, onnotice: () => {} }).pipe(
+  PgClient.make({ url: Redacted.make(adminUrl), maxConnections: 1 }).pipe(
     Effect.provide(Reactivity.layer)
   )
 
@@ -43,7 +43,7 @@ export const TestDatabaseEmpty = Layer.scoped(TestDatabase, createDatabase)
 
 const clientFor = Layer.unwrapEffect(
   Effect.map(TestDatabase, (db) =>
-    PgClient.layer({ url: Redacted.make(db.url), maxConnections: 10, onnotice: () => {} }))
+    PgClient.layer({ url: Redacted.make(db.url), maxConnections: 10 }))
 )
 
 /** A fresh database migrated with the real migrations, and a `SqlClient` on it. */
@@ -66,6 +66,6 @@ export const freshDatabaseClient = (options: { readonly maxConnections?: number 
 
 /** A scoped pool on an existing database (a second "process" on the same database). */
 export const connect = (url: string, options: { readonly maxConnections?: number } = {}) =>
-  PgClient.make({ url: Redacted.make(url), maxConnections: options.maxConnections ?? 4, onnotice: () => {} }).pipe(
+  PgClient.make({ url: Redacted.make(url), maxConnections: options.maxConnections ?? 4 }).pipe(
     Effect.provide(Reactivity.layer)
   )

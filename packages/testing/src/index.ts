@@ -1,2 +1,3 @@
 export * from "./PgCluster.ts"
 export * from "./TestDatabase.ts"
+export * from "./LoopbackProvider.ts"

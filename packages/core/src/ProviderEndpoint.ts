@@ -1,0 +1,68 @@
+import { Brand, Config, ConfigError, Either, ParseResult, Schema } from "effect"
+import { EndpointErrorCode } from "./ErrorCodes.ts"
+
+// Endpoint: validated once at start-up, so a bad URL never reaches a worker.
+
+/** The endpoint string is refused; the message never echoes the URL (it may hold credentials). */
+export class ProviderEndpointError extends Schema.TaggedError<ProviderEndpointError>()("ProviderEndpointError", {
+  code: EndpointErrorCode
+}) {
+  override get message() {
+    return this.code
+  }
+}
+
+export type ProviderEndpoint = string & Brand.Brand<"ProviderEndpoint">
+
+const isLoopbackHost = (hostname: string): boolean =>
+  hostname === "localhost" || hostname === "[::1]" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname)
+
+/** https anywhere; http only to loopback; no credentials, query or fragment. */
+export const parseEndpoint = (input: string): Either.Either<ProviderEndpoint, ProviderEndpointError> => {
+  const fail = (code: EndpointErrorCode) => Either.left(new ProviderEndpointError({ code }))
+  let url: URL
+  try {
+    url = new URL(input)
+  } catch {
+    return fail("endpoint-invalid-url")
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") return fail("endpoint-unsupported-scheme")
+  if (url.hostname === "") return fail("endpoint-invalid-url")
+  if (url.protocol === "http:" && !isLoopbackHost(url.hostname)) return fail("endpoint-insecure-scheme")
+  if (url.username !== "" || url.password !== "") return fail("endpoint-has-credentials")
+  // The raw text is checked too: URL drops an empty "?" or "#", but a
+  // configured one still means someone expected it to carry something.
+  if (url.search !== "" || input.includes("?")) return fail("endpoint-has-query")
+  if (url.hash !== "" || input.includes("#")) return fail("endpoint-has-fragment")
+  return Either.right(url.href as ProviderEndpoint)
+}
+
+/** `string -> ProviderEndpoint`; a refusal's message is the stable code only. */
+export const ProviderEndpointFromString: Schema.Schema<ProviderEndpoint, string> = Schema.transformOrFail(
+  Schema.String,
+  Schema.String.pipe(Schema.brand("ProviderEndpoint")),
+  {
+    strict: true,
+    decode: (input, _, ast) =>
+      Either.mapLeft(parseEndpoint(input), (e) => new ParseResult.Type(ast, "<endpoint>", e.code)),
+    encode: ParseResult.succeed
+  }
+)
+
+/** Reads an endpoint with `Config`; a refusal fails config loading naming the variable and the code. */
+export const endpointConfig = (name: string): Config.Config<ProviderEndpoint> =>
+  Config.string(name).pipe(
+    Config.mapOrFail((input) =>
+      Either.mapLeft(
+        parseEndpoint(input),
+        (e) => ConfigError.InvalidData([], `${e.code}: ${name} is not a usable provider endpoint`)
+      )
+    )
+  )
+
+/** `ProviderEndpoint.parse(s)`, `.FromString`, `.config("PROVIDER_URL")`. */
+export const ProviderEndpoint = {
+  parse: parseEndpoint,
+  FromString: ProviderEndpointFromString,
+  config: endpointConfig
+} as const

@@ -1,0 +1,244 @@
+import { FetchHttpClient, Headers, HttpClient, HttpClientRequest } from "@effect/platform"
+import type { HttpClientError, HttpClientResponse } from "@effect/platform"
+import { Cause, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+import { dual } from "effect/Function"
+import { AmbiguousCode, DeliveredCode, RejectedCode, TemporaryCode } from "./ErrorCodes.ts"
+import type { ProviderEndpoint } from "./ProviderEndpoint.ts"
+
+export * from "./ProviderEndpoint.ts"
+
+// ---------------------------------------------------------------------------
+// Outcome: the four classes every service maps to its own rule.
+
+const status = Schema.optionalWith(Schema.Int, { exact: true })
+const retryAfter = Schema.optionalWith(Schema.String, { exact: true })
+
+/** 2xx: the provider acknowledged the request; not proof that it reached an inbox. */
+export class Delivered extends Schema.TaggedClass<Delivered>()("Delivered", {
+  code: DeliveredCode,
+  status: Schema.Int,
+  retryAfter
+}) {}
+
+/** 4xx or a redirect: permanent, retrying the same request cannot help. */
+export class Rejected extends Schema.TaggedClass<Rejected>()("Rejected", {
+  code: RejectedCode,
+  status: Schema.Int,
+  retryAfter
+}) {}
+
+/** The request may have been received: a timeout, an interruption, a connection lost mid-exchange. */
+export class Ambiguous extends Schema.TaggedClass<Ambiguous>()("Ambiguous", {
+  code: AmbiguousCode,
+  status,
+  retryAfter
+}) {}
+
+/** 5xx or a transport failure; does not prove the provider received nothing. */
+export class Temporary extends Schema.TaggedClass<Temporary>()("Temporary", {
+  code: TemporaryCode,
+  status,
+  retryAfter
+}) {}
+
+export const ProviderOutcome = Schema.Union(Delivered, Rejected, Ambiguous, Temporary)
+export type ProviderOutcome = typeof ProviderOutcome.Type
+
+// ---------------------------------------------------------------------------
+// Sending.
+
+export interface ProviderRequest {
+  readonly endpoint: ProviderEndpoint
+  /** Sent verbatim as `Idempotency-Key`; a retry must pass the same key. */
+  readonly idempotencyKey: string
+  readonly body: Uint8Array | string
+  readonly contentType: string
+  /** Extra headers; they can never replace Idempotency-Key or Content-Type. */
+  readonly headers?: Readonly<Record<string, string>>
+  /** Bounds the wait for the response status; the body drain gets what is left of it. */
+  readonly timeout: Duration.DurationInput
+}
+
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const HEADER_VALUE = /^[\t\x20-\x7e]*$/
+const RETRY_AFTER = /^[\x20-\x7e]{1,64}$/
+
+// A malformed key or header is a bug in the caller; letting fetch refuse it
+// would be misread as a transport failure, so it is a defect instead.
+const checkRequest = (request: ProviderRequest): string | undefined => {
+  const key = request.idempotencyKey
+  if (key.length === 0 || key.length > 255 || !/^[\x21-\x7e]+$/.test(key)) return "invalid Idempotency-Key"
+  if (!HEADER_VALUE.test(request.contentType)) return "invalid Content-Type"
+  for (const [name, value] of Object.entries(request.headers ?? {})) {
+    if (!TOKEN.test(name) || !HEADER_VALUE.test(value)) return "invalid header"
+  }
+  return undefined
+}
+
+// Only Retry-After leaves the adapter, and only when it looks like one: it
+// ends up in rows, and a provider must not be able to write arbitrary text there.
+const retryAfterOf = (response: HttpClientResponse.HttpClientResponse): { retryAfter?: string } => {
+  const value = response.headers["retry-after"]
+  return value !== undefined && RETRY_AFTER.test(value) ? { retryAfter: value } : {}
+}
+
+export const classifyStatus = (code: number, extra: { retryAfter?: string } = {}): ProviderOutcome => {
+  const fields = { status: code, ...extra }
+  if (code >= 200 && code < 300) return new Delivered({ code: "provider-2xx", ...fields })
+  if (code >= 300 && code < 400) return new Rejected({ code: "provider-redirect", ...fields })
+  if (code >= 400 && code < 500) return new Rejected({ code: "provider-4xx", ...fields })
+  if (code >= 500 && code < 600) return new Temporary({ code: "provider-5xx", ...fields })
+  return new Temporary({ code: "provider-unexpected-status", ...fields })
+}
+
+const errorCodes = (cause: unknown): ReadonlyArray<string> => {
+  const codes: Array<string> = []
+  let current: unknown = cause
+  for (let depth = 0; depth < 5 && typeof current === "object" && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code
+    if (typeof code === "string") codes.push(code)
+    current = (current as { cause?: unknown }).cause
+  }
+  return codes
+}
+
+// Bun reports ECONNREFUSED / ECONNRESET (older Bun: ConnectionRefused /
+// ConnectionClosed); Node's undici nests the errno under `cause`.
+const REFUSED = new Set(["ECONNREFUSED", "ConnectionRefused"])
+// DNS, routing and TLS failures all happen before a request byte is written.
+const NEVER_CONNECTED = new Set([
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "ENETUNREACH",
+  "EHOSTUNREACH",
+  "ENETDOWN",
+  "EADDRNOTAVAIL",
+  "FailedToOpenSocket",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "CERT_HAS_EXPIRED",
+  "ERR_TLS_CERT_ALTNAME_INVALID"
+])
+const DROPPED = new Set(["ECONNRESET", "ConnectionClosed", "EPIPE", "UND_ERR_SOCKET", "ECONNABORTED"])
+
+/** Transport failures: refused or never connected is temporary; a lost connection may have carried the request. */
+export const classifyTransportError = (cause: unknown): ProviderOutcome => {
+  const codes = errorCodes(cause)
+  if (codes.some((c) => REFUSED.has(c))) return new Temporary({ code: "provider-connection-refused" })
+  if (codes.some((c) => NEVER_CONNECTED.has(c))) return new Temporary({ code: "provider-connection-failed" })
+  if (codes.some((c) => DROPPED.has(c))) return new Ambiguous({ code: "provider-connection-dropped" })
+  return new Temporary({ code: "provider-transport-error" })
+}
+
+const drain = (response: HttpClientResponse.HttpClientResponse, within: Duration.Duration) =>
+  // The body is read and discarded so the connection can be reused; it is
+  // never kept. The status already decided the outcome, so a failing or slow
+  // drain changes nothing.
+  response.stream.pipe(Stream.runDrain, Effect.timeout(within), Effect.ignore)
+
+/**
+ * POSTs once, never follows a redirect, and classifies the result. Never
+ * fails; if the calling fiber is interrupted, this effect is interrupted too
+ * and the request is aborted (see `onInterrupted`, `interruptionAsAmbiguous`).
+ */
+export const send = (
+  request: ProviderRequest
+): Effect.Effect<ProviderOutcome, never, HttpClient.HttpClient> =>
+  Effect.flatMap(HttpClient.HttpClient, (client) => sendWith(client, request))
+
+export const sendWith = (client: HttpClient.HttpClient, request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
+  Effect.suspend(() => {
+    const invalid = checkRequest(request)
+    if (invalid !== undefined) return Effect.dieMessage(`ProviderHttp.send: ${invalid}`)
+    const timeout = Duration.decode(request.timeout)
+    const base = HttpClientRequest.post(request.endpoint).pipe(
+      HttpClientRequest.setHeaders(request.headers ?? {}),
+      typeof request.body === "string"
+        ? HttpClientRequest.bodyText(request.body, request.contentType)
+        : HttpClientRequest.bodyUint8Array(request.body, request.contentType),
+      HttpClientRequest.setHeader("idempotency-key", request.idempotencyKey)
+    )
+    // Trace headers would leak internal ids to a third party.
+    const execute = HttpClient.withTracerPropagation(client, false).execute(base)
+    return withManualRedirects(execute).pipe(
+      // Caller headers may carry signatures; spans keep their names, not values.
+      Effect.locallyWith(Headers.currentRedactedNames, (names) => [
+        ...names,
+        ...Object.keys(request.headers ?? {}).map((name) => name.toLowerCase())
+      ]),
+      Effect.timed,
+      Effect.timeoutFail({ duration: timeout, onTimeout: () => "timeout" as const }),
+      Effect.matchEffect({
+        onFailure: (error: HttpClientError.HttpClientError | "timeout") =>
+          Effect.succeed(
+            error === "timeout" ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error.cause)
+          ),
+        onSuccess: ([elapsed, response]) =>
+          Effect.as(
+            drain(response, Duration.max(Duration.subtract(timeout, elapsed), Duration.millis(1))),
+            classifyStatus(response.status, retryAfterOf(response))
+          )
+      }),
+      Effect.tap((outcome) => Effect.annotateCurrentSpan("provider.outcome", outcome.code)),
+      Effect.withSpan("ProviderHttp.send")
+    )
+  })
+
+// fetch follows redirects by default (turning a POST into a GET on 302);
+// "manual" hands the 3xx back so it is classified, never followed. Existing
+// RequestInit options from the environment are kept.
+const withManualRedirects = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Effect.serviceOption(FetchHttpClient.RequestInit), (init) =>
+    Effect.provideService(effect, FetchHttpClient.RequestInit, {
+      ...Option.getOrElse(init, () => ({})),
+      redirect: "manual"
+    }))
+
+/**
+ * Runs `record` with an `Ambiguous` outcome when `self` is interrupted (for
+ * example at shutdown): the fiber stays interrupted, the aborted call gets
+ * recorded by the caller's own rule.
+ */
+export const onInterrupted: {
+  <R2>(
+    record: (outcome: Ambiguous) => Effect.Effect<void, never, R2>
+  ): <E, R>(self: Effect.Effect<ProviderOutcome, E, R>) => Effect.Effect<ProviderOutcome, E, R | R2>
+  <E, R, R2>(
+    self: Effect.Effect<ProviderOutcome, E, R>,
+    record: (outcome: Ambiguous) => Effect.Effect<void, never, R2>
+  ): Effect.Effect<ProviderOutcome, E, R | R2>
+} = dual(
+  2,
+  <E, R, R2>(
+    self: Effect.Effect<ProviderOutcome, E, R>,
+    record: (outcome: Ambiguous) => Effect.Effect<void, never, R2>
+  ): Effect.Effect<ProviderOutcome, E, R | R2> =>
+    Effect.onInterrupt(self, () => record(new Ambiguous({ code: "provider-interrupted" })))
+)
+
+/**
+ * Turns an interruption of `self` into an `Ambiguous` value. This only sees
+ * interruptions that do not also interrupt the caller (a joined child fiber,
+ * a race); an interrupted caller has nobody to hand a value to, so it should
+ * use `onInterrupted` instead.
+ */
+export const interruptionAsAmbiguous = <E, R>(
+  self: Effect.Effect<ProviderOutcome, E, R>
+): Effect.Effect<ProviderOutcome, E, R> =>
+  Effect.catchAllCause(self, (cause) =>
+    Cause.isInterruptedOnly(cause)
+      ? Effect.succeed<ProviderOutcome>(new Ambiguous({ code: "provider-interrupted" }))
+      : Effect.failCause(cause))
+
+/** The adapter as a service: yields the `HttpClient` once so `send` needs nothing. */
+export class ProviderHttp extends Effect.Service<ProviderHttp>()("@delivery/core/ProviderHttp", {
+  effect: Effect.map(HttpClient.HttpClient, (client) => ({
+    send: (request: ProviderRequest) => sendWith(client, request)
+  }))
+}) {
+  /** On Bun the client is fetch-based; `send` still forces manual redirects itself. */
+  static readonly layerFetch: Layer.Layer<ProviderHttp> = ProviderHttp.Default.pipe(
+    Layer.provide(FetchHttpClient.layer)
+  )
+}

@@ -1,0 +1,6 @@
+export * from "./Migrations.ts"
+export * from "./Lease.ts"
+export * as Backoff from "./Backoff.ts"
+export * as Canonical from "./Canonical.ts"
+export * from "./ErrorCodes.ts"
+export * as ProviderHttp from "./ProviderHttp.ts"

@@ -1,0 +1,118 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either } from "effect"
+import { Canonical } from "../src/index.ts"
+
+const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex")
+const unhex = (text: string) => text.replace(/\s+/g, "")
+
+// RFC 8785 section 3.2.2, given as JSON text so numbers parse exactly as a receiver's would.
+const rfcSample = String.raw`{
+  "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+  "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+  "literals": [null, true, false]
+}`
+
+// RFC 8785 section 3.2.3, property sorting by UTF-16 code units.
+const sortingSample = String.raw`{
+  "\u20ac": "Euro Sign",
+  "\r": "Carriage Return",
+  "\ufb33": "Hebrew Letter Dalet With Dagesh",
+  "1": "One",
+  "\ud83d\ude00": "Emoji: Grinning Face",
+  "\u0080": "Control",
+  "\u00f6": "Latin Small Letter O With Diaeresis"
+}`
+
+describe("Canonical (RFC 8785)", () => {
+  it("serializes the section 3.2.2 sample exactly", () => {
+    const text = Either.getOrThrow(Canonical.canonicalString(JSON.parse(rfcSample)))
+    expect(text).toBe(
+      String.raw`{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`
+    )
+    // The UTF-8 bytes listed in RFC 8785 section 3.2.4.
+    expect(hex(Either.getOrThrow(Canonical.canonicalBytes(JSON.parse(rfcSample))))).toBe(unhex(`
+      7b 22 6c 69 74 65 72 61 6c 73 22 3a 5b 6e 75 6c 6c 2c 74 72
+      75 65 2c 66 61 6c 73 65 5d 2c 22 6e 75 6d 62 65 72 73 22 3a
+      5b 33 33 33 33 33 33 33 33 33 2e 33 33 33 33 33 33 33 2c 31
+      65 2b 33 30 2c 34 2e 35 2c 30 2e 30 30 32 2c 31 65 2d 32 37
+      5d 2c 22 73 74 72 69 6e 67 22 3a 22 e2 82 ac 24 5c 75 30 30
+      30 66 5c 6e 41 27 42 5c 22 5c 5c 5c 5c 5c 22 2f 22 7d`))
+  })
+
+  it("sorts properties by UTF-16 code units (section 3.2.3)", () => {
+    const bytes = Either.getOrThrow(Canonical.canonicalBytes(JSON.parse(sortingSample)))
+    const expected = "{" + [
+      String.raw`"\r":"Carriage Return"`,
+      `"1":"One"`,
+      `"\u0080":"Control"`,
+      `"\u00f6":"Latin Small Letter O With Diaeresis"`,
+      `"\u20ac":"Euro Sign"`,
+      `"\ud83d\ude00":"Emoji: Grinning Face"`,
+      `"\ufb33":"Hebrew Letter Dalet With Dagesh"`
+    ].join(",") + "}"
+    expect(hex(bytes)).toBe(Buffer.from(expected, "utf8").toString("hex"))
+    // The non-ASCII keys stay raw UTF-8, not \u escapes.
+    expect(hex(bytes)).toContain("22c280223a") // "\u0080":
+    expect(hex(bytes)).toContain("22f09f9880223a") // "😀":
+  })
+
+  it("serializes -0 as 0 and nested structures without whitespace", () => {
+    expect(Canonical.canonicalString({ b: [-0, { d: 1, c: "x" }], a: {} })).toEqual(
+      Either.right(`{"a":{},"b":[0,{"c":"x","d":1}]}`)
+    )
+  })
+
+  it("refuses values that are not JSON, with a typed error and the path", () => {
+    const refused = (value: unknown) => Either.getLeft(Canonical.canonicalString(value))
+    const cyclic: Record<string, unknown> = { a: 1 }
+    cyclic["self"] = cyclic
+    const cases: Array<[unknown, string, string]> = [
+      [undefined, "canonical-undefined", ""],
+      [{ a: undefined }, "canonical-undefined", "/a"],
+      [[1, undefined], "canonical-undefined", "/1"],
+      [{ f: () => 1 }, "canonical-function", "/f"],
+      [{ n: Number.NaN }, "canonical-non-finite-number", "/n"],
+      [{ n: [Number.POSITIVE_INFINITY] }, "canonical-non-finite-number", "/n/0"],
+      [{ n: Number.NEGATIVE_INFINITY }, "canonical-non-finite-number", "/n"],
+      [{ big: 1n }, "canonical-bigint", "/big"],
+      [{ s: Symbol("x") }, "canonical-symbol", "/s"],
+      [{ "a/b": { d: new Date(0) } }, "canonical-non-plain-object", "/a~1b/d"],
+      [new Map(), "canonical-non-plain-object", ""],
+      [{ s: "\ud800" }, "canonical-lone-surrogate", "/s"],
+      [cyclic, "canonical-cycle", "/self"]
+    ]
+    for (const [value, code, path] of cases) {
+      const error = refused(value)
+      expect(error._tag).toBe("Some")
+      if (error._tag === "Some") {
+        expect(error.value._tag).toBe("CanonicalJsonError")
+        expect({ code: error.value.code, path: error.value.path }).toEqual({ code, path })
+      }
+    }
+  })
+
+  it("allows shared (non-cyclic) references and null-prototype objects", () => {
+    const shared = { x: 1 }
+    const bare = Object.assign(Object.create(null), { z: true })
+    expect(Canonical.canonicalString({ a: shared, b: shared, c: bare })).toEqual(
+      Either.right(`{"a":{"x":1},"b":{"x":1},"c":{"z":true}}`)
+    )
+  })
+
+  it.effect("is usable as an Effect: a refusal is a failure, not a thrown exception", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(Canonical.canonicalBytes({ n: Number.NaN }))
+      expect(error.code).toBe("canonical-non-finite-number")
+      const bytes = yield* Canonical.canonicalBytes({ ok: true })
+      expect(new TextDecoder().decode(bytes)).toBe(`{"ok":true}`)
+    }))
+
+  it("hashes with SHA-256 (FIPS 180-2 vectors)", () => {
+    expect(Canonical.sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    expect(Canonical.sha256Hex(new TextEncoder().encode("abc"))).toBe(
+      "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    )
+    expect(Canonical.sha256Hex("")).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+    expect(Canonical.sha256Base64Url("abc")).toBe("ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0")
+  })
+})
