@@ -1,0 +1,148 @@
+import { Config, ConfigError, Context, Data, Effect, Layer, LogLevel, Option, Redacted, Schema } from "effect"
+
+/** `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002). */
+export const Role = Schema.Literal("backend", "ingress")
+export type Role = typeof Role.Type
+
+/** The repository's `.data/pglite` (git-ignored), wherever the process was started from. */
+export const defaultEmbeddedDataDir = new URL("../../../.data/pglite", import.meta.url).pathname
+
+export interface ConfigEntry {
+  readonly name: string
+  readonly default: string
+  readonly meaning: string
+  readonly secret: boolean
+}
+
+/** Every variable the backend reads, for docs/configuration.md and for the start-up error message. */
+export const CONFIG: ReadonlyArray<ConfigEntry> = [
+  { name: "ROLE", default: "backend", meaning: "`backend` (HTTP + delivery workers) or `ingress` (HTTP only, never starts delivery workers)", secret: false },
+  { name: "HOST", default: "127.0.0.1", meaning: "interface the HTTP server binds to", secret: false },
+  { name: "PORT", default: "3000", meaning: "TCP port of the HTTP server (1-65535)", secret: false },
+  { name: "DATABASE_URL", default: "(unset: embedded PGlite, development only)", meaning: "postgres:// or postgresql:// URL of the PostgreSQL database", secret: true },
+  { name: "DATABASE_POOL_MAX", default: "10", meaning: "maximum pooled connections to DATABASE_URL (the embedded database always uses 1)", secret: false },
+  { name: "SHUTDOWN_DRAIN_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for in-flight HTTP requests before interrupting them", secret: false },
+  { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (Bun.serve maxRequestBodySize); larger bodies get 413", secret: false },
+  { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready", secret: false },
+  { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory); used only when DATABASE_URL is unset", secret: false },
+  { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false }
+]
+
+const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
+
+// `nested` names the variable after the validation, so a failed validation still reports which variable it was.
+const atLeast = (min: number) => (name: string, fallback: number) =>
+  Config.integer().pipe(
+    Config.validate({ message: `Expected an integer >= ${min}`, validation: (n) => n >= min }),
+    Config.nested(name),
+    Config.withDefault(fallback)
+  )
+
+const isPostgresUrl = (text: string) => {
+  try {
+    const url = new URL(text)
+    return (url.protocol === "postgres:" || url.protocol === "postgresql:") && url.hostname !== ""
+  } catch {
+    return false
+  }
+}
+
+// The message never echoes the value: a URL may carry the password.
+const databaseUrlMessage =
+  "Expected a postgres:// or postgresql:// URL with a host (value not shown; unset it to use the embedded development database)"
+const safeSecretMessages = new Set([databaseUrlMessage])
+
+const databaseUrl = Config.redacted().pipe(
+  Config.validate({
+    message: databaseUrlMessage,
+    validation: (url) => isPostgresUrl(Redacted.value(url))
+  }),
+  Config.nested("DATABASE_URL"),
+  Config.option
+)
+
+/** One `Config.all`: every variable is read and every problem is reported together. */
+export const appConfig = Config.all({
+  role: Config.literal("backend", "ingress")("ROLE").pipe(Config.withDefault<Role>("backend")),
+  host: Config.nonEmptyString("HOST").pipe(Config.withDefault("127.0.0.1")),
+  port: Config.port("PORT").pipe(Config.withDefault(3000)),
+  databaseUrl,
+  databasePoolMax: atLeast(1)("DATABASE_POOL_MAX", 10),
+  shutdownDrainMs: atLeast(0)("SHUTDOWN_DRAIN_MS", 10_000),
+  maxRequestBodyBytes: atLeast(1)("MAX_REQUEST_BODY_BYTES", 1024 * 1024),
+  readyCheckTimeoutMs: atLeast(1)("READY_CHECK_TIMEOUT_MS", 2_000),
+  embeddedDataDir: Config.nonEmptyString("EMBEDDED_DATA_DIR").pipe(Config.withDefault(defaultEmbeddedDataDir)),
+  logLevel: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info))
+})
+
+export type AppConfigShape = Config.Config.Success<typeof appConfig>
+
+export class AppConfig extends Context.Tag("@delivery/backend/AppConfig")<AppConfig, AppConfigShape>() {}
+
+/** Stops start-up; `message` names every bad variable and never a secret's value. */
+export class ConfigurationError extends Data.TaggedError("ConfigurationError")<{
+  readonly message: string
+  readonly variables: ReadonlyArray<string>
+}> {
+  constructor(args: { readonly message: string; readonly variables: ReadonlyArray<string> }) {
+    super(args)
+    // The message is the whole report: a stack trace would only repeat it at start-up.
+    this.stack = `${this.name}: ${this.message}`
+  }
+}
+
+interface Problem {
+  readonly variable: string
+  readonly message: string
+}
+
+const problemsOf = (error: ConfigError.ConfigError): ReadonlyArray<Problem> =>
+  ConfigError.reduceWithContext(error, undefined, {
+    andCase: (_, left, right) => [...left, ...right],
+    orCase: (_, left, right) => [...left, ...right],
+    invalidDataCase: (_, path, message) => [{ variable: path.join("_"), message }],
+    missingDataCase: (_, path, message) => [{ variable: path.join("_"), message }],
+    sourceUnavailableCase: (_, path, message) => [{ variable: path.join("_"), message }],
+    unsupportedCase: (_, path, message) => [{ variable: path.join("_"), message }]
+  } satisfies ConfigError.ConfigErrorReducer<undefined, ReadonlyArray<Problem>>)
+
+/** One message listing each bad variable once, in CONFIG order. */
+export const formatConfigError = (error: ConfigError.ConfigError): ConfigurationError => {
+  const byVariable = new Map<string, Array<string>>()
+  for (const problem of problemsOf(error)) {
+    // A secret's problem is restated generically in case a validation ever echoes the value.
+    const message = secretNames.has(problem.variable) && !safeSecretMessages.has(problem.message)
+      ? "invalid (value not shown: secret)"
+      : problem.message
+    const messages = byVariable.get(problem.variable) ?? []
+    if (!messages.includes(message)) messages.push(message)
+    byVariable.set(problem.variable, messages)
+  }
+  const order = CONFIG.map((entry) => entry.name)
+  const rank = (name: string) => (order.indexOf(name) === -1 ? order.length : order.indexOf(name))
+  const variables = [...byVariable.keys()].sort((a, b) => rank(a) - rank(b))
+  const lines = variables.map((name) => `  ${name}: ${byVariable.get(name)!.join("; ")}`)
+  return new ConfigurationError({
+    variables,
+    message: `Invalid configuration, nothing was started (${variables.length} problem${variables.length === 1 ? "" : "s"}: ${variables.join(", ")}):\n${lines.join("\n")}`
+  })
+}
+
+export const loadConfig: Effect.Effect<AppConfigShape, ConfigurationError> = appConfig.pipe(
+  Effect.mapError(formatConfigError)
+)
+
+export const AppConfigLive = Layer.effect(AppConfig, loadConfig)
+
+/** What start-up logs about the configuration: everything but the database URL. */
+export const describeConfig = (config: AppConfigShape) => ({
+  role: config.role,
+  host: config.host,
+  port: config.port,
+  database: Option.isSome(config.databaseUrl) ? "DATABASE_URL" : `embedded (${config.embeddedDataDir})`,
+  databasePoolMax: config.databasePoolMax,
+  shutdownDrainMs: config.shutdownDrainMs,
+  maxRequestBodyBytes: config.maxRequestBodyBytes,
+  readyCheckTimeoutMs: config.readyCheckTimeoutMs,
+  logLevel: config.logLevel.label
+})

@@ -1,0 +1,21 @@
+import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
+import { AuthenticationLive, IdentityHttpLive } from "@delivery/identity"
+import { Layer } from "effect"
+import { Api } from "./Api.ts"
+import { HealthHttpLive } from "./HealthHttp.ts"
+
+/**
+ * Handlers for every group of `Api`. A new group adds its handler layer here (one line), next to its
+ * `.add(...)` in `Api.ts`; an API-level middleware such as authentication is provided here too.
+ */
+export const ApiLive = HttpApiBuilder.api(Api).pipe(
+  Layer.provide(HealthHttpLive),
+  Layer.provide(IdentityHttpLive),
+  Layer.provide(AuthenticationLive)
+)
+
+/** `/openapi.json` and a Scalar page at `/docs`; the Scalar script is inlined, so the page needs no CDN. */
+export const DocsLive = Layer.mergeAll(
+  HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
+  HttpApiScalar.layer({ path: "/docs" })
+)

@@ -1,0 +1,72 @@
+import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
+import { Identity } from "@delivery/identity"
+import { BunContext, BunHttpServer } from "@effect/platform-bun"
+import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Logger } from "effect"
+import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
+import { DatabaseLive, StartupChecksLive } from "./Database.ts"
+import { ApiLive, DocsLive } from "./Http.ts"
+import { serveDraining } from "./HttpServer.ts"
+import { Readiness } from "./Readiness.ts"
+import { WorkerRegistry } from "./WorkerRegistry.ts"
+import { Workers, WorkersLive } from "./Workers.ts"
+
+/** What a worker layer may use; everything else it needs, it provides itself. */
+export type WorkerContext =
+  | AppConfig
+  | SqlClient.SqlClient
+  | PgClient.PgClient
+  | WorkerRegistry
+  | FileSystem.FileSystem
+  | Path.Path
+
+/** The delivery workers of the `backend` role. Empty until the domain packages provide theirs. */
+export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = []
+
+/** Shared services, built after the start-up checks and before any worker. */
+const ServicesLive = Layer.mergeAll(Readiness.Default, Identity.Default).pipe(Layer.provideMerge(WorkerRegistry.Default))
+
+/** The listener opens only after the workers are running; as the last resource it is also released first. */
+const HttpLive = Layer.scopedDiscard(
+  Effect.gen(function* () {
+    const config = yield* AppConfig
+    yield* Workers
+    const app = yield* HttpApiBuilder.httpApp
+    const { url } = yield* serveDraining(app, {
+      hostname: config.host,
+      port: config.port,
+      maxRequestBodySize: config.maxRequestBodyBytes,
+      drainMs: config.shutdownDrainMs
+    })
+    yield* Effect.logInfo(`listening on ${url} (role ${config.role})`)
+  })
+).pipe(
+  Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
+  Layer.provide(DocsLive),
+  Layer.provide(ApiLive),
+  Layer.provide(BunHttpServer.layerContext)
+)
+
+/**
+ * config → database → migrations + health check → services → workers → HTTP. Layers are released in reverse:
+ * HTTP drains first, then workers are interrupted and joined, then the pool is disposed.
+ */
+export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> }) =>
+  Layer.unwrapEffect(
+    Effect.map(loadConfig, (config) =>
+      HttpLive.pipe(
+        Layer.provide(WorkersLive(options.workers)),
+        Layer.provide(ServicesLive),
+        Layer.provide(StartupChecksLive),
+        Layer.provide(DatabaseLive),
+        Layer.provide(Layer.effectDiscard(
+          Effect.logInfo(`starting delivery backend, role ${config.role}`).pipe(
+            Effect.annotateLogs(describeConfig(config))
+          )
+        )),
+        Layer.provide(BunContext.layer),
+        Layer.provide(Layer.succeed(AppConfig, config)),
+        Layer.provide(Logger.minimumLogLevel(config.logLevel))
+      ))
+  )

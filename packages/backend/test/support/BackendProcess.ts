@@ -1,0 +1,134 @@
+import { Data, Duration, Effect, Schedule } from "effect"
+import { type ChildProcess, spawn } from "node:child_process"
+import { existsSync } from "node:fs"
+import { connect, createServer } from "node:net"
+import { basename, join } from "node:path"
+
+/**
+ * Real `bun` processes for tests: spawned with a clean environment (nothing inherited but PATH and HOME, so a
+ * developer's DATABASE_URL never leaks in), output collected, killed with SIGKILL if a test leaves one running.
+ */
+
+export const repoRoot = new URL("../../../../", import.meta.url).pathname
+export const backendMain = join(repoRoot, "packages/backend/src/main.ts")
+export const fixturePath = (name: string) => join(repoRoot, "packages/backend/test/fixtures", name)
+
+/** `process.execPath` under `bunx --bun vitest`; the workspace's bun when vitest runs on Node. */
+export const bunExecutable = (): string => {
+  if (basename(process.execPath).startsWith("bun")) return process.execPath
+  const local = join(repoRoot, "node_modules/.bin/bun")
+  if (existsSync(local)) return local
+  throw new Error("bun not found: run the tests with `bunx --bun vitest` or install the workspace")
+}
+
+export class ProcessTimeout extends Data.TaggedError("ProcessTimeout")<{ readonly message: string }> {}
+
+export interface BackendProcess {
+  readonly pid: number
+  /** stdout and stderr interleaved, ANSI colours removed. */
+  readonly output: Effect.Effect<string>
+  /** Resolves with the first match of `pattern` in the output (already printed or still to come). */
+  readonly waitForOutput: (pattern: RegExp, timeout?: Duration.DurationInput) => Effect.Effect<string, ProcessTimeout>
+  /** The exit code (or 128 + signal number when killed by a signal). */
+  readonly exitCode: (timeout?: Duration.DurationInput) => Effect.Effect<number, ProcessTimeout>
+  readonly hasExited: Effect.Effect<boolean>
+  readonly signal: (signal: NodeJS.Signals) => Effect.Effect<void>
+}
+
+const ansi = /\u001b\[[0-9;]*m/g
+const signalNumbers: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }
+
+export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const child: ChildProcess = spawn(bunExecutable(), ["--no-env-file", entry], {
+        cwd: repoRoot,
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
+      let text = ""
+      let code: number | undefined
+      const listeners = new Set<() => void>()
+      const changed = () => listeners.forEach((listener) => listener())
+      const append = (chunk: Buffer) => {
+        text += chunk.toString("utf8").replace(ansi, "")
+        changed()
+      }
+      child.stdout!.on("data", append)
+      child.stderr!.on("data", append)
+      child.on("close", (exit, signal) => {
+        code = exit ?? 128 + (signal === null ? 0 : signalNumbers[signal] ?? 0)
+        changed()
+      })
+
+      const waitUntil = <A>(ready: () => A | undefined, timeout: Duration.DurationInput, what: string) =>
+        Effect.async<A>((resume) => {
+          const check = () => {
+            const value = ready()
+            if (value === undefined) return
+            listeners.delete(check)
+            resume(Effect.succeed(value))
+          }
+          listeners.add(check)
+          check()
+          return Effect.sync(() => listeners.delete(check))
+        }).pipe(
+          Effect.timeoutFail({
+            duration: timeout,
+            onTimeout: () => new ProcessTimeout({ message: `timed out waiting for ${what}; output so far:\n${text}` })
+          })
+        )
+
+      const process_: BackendProcess = {
+        pid: child.pid!,
+        output: Effect.sync(() => text),
+        waitForOutput: (pattern, timeout = "30 seconds") =>
+          waitUntil(() => pattern.exec(text)?.[0], timeout, `output ${pattern}`),
+        exitCode: (timeout = "30 seconds") => waitUntil(() => code, timeout, "exit"),
+        hasExited: Effect.sync(() => code !== undefined),
+        signal: (signal) => Effect.sync(() => void child.kill(signal))
+      }
+      return { child, process: process_, exited: () => code !== undefined }
+    }),
+    ({ child, exited }) => Effect.sync(() => (exited() ? undefined : void child.kill("SIGKILL")))
+  ).pipe(Effect.map(({ process }) => process))
+
+/** A port nothing listens on right now (the OS picked it; it is closed again before returning). */
+export const freePort = Effect.async<number>((resume) => {
+  const server = createServer()
+  server.listen(0, "127.0.0.1", () => {
+    const address = server.address()
+    const port = typeof address === "object" && address !== null ? address.port : 0
+    server.close(() => resume(Effect.succeed(port)))
+  })
+})
+
+/** "refused" when nothing listens (ECONNREFUSED), "open" when a TCP connection is accepted. */
+export const probePort = (port: number) =>
+  Effect.async<"open" | "refused" | "error">((resume) => {
+    const socket = connect({ host: "127.0.0.1", port })
+    socket.once("connect", () => {
+      socket.destroy()
+      resume(Effect.succeed("open"))
+    })
+    socket.once("error", (error: NodeJS.ErrnoException) => {
+      socket.destroy()
+      resume(Effect.succeed(error.code === "ECONNREFUSED" ? "refused" : "error"))
+    })
+  })
+
+/** Polls until the port accepts connections. */
+export const waitForPort = (port: number, timeout: Duration.DurationInput = "30 seconds") =>
+  probePort(port).pipe(
+    Effect.filterOrFail((state) => state === "open", () => new ProcessTimeout({ message: `port ${port} not open` })),
+    Effect.retry(Schedule.spaced("50 millis")),
+    Effect.timeoutFail({ duration: timeout, onTimeout: () => new ProcessTimeout({ message: `port ${port} never opened` }) }),
+    Effect.asVoid
+  )
+
+/** A GET with a fresh connection, so no pooled keep-alive connection hides a closed listener. */
+export const get = (port: number, path: string) =>
+  Effect.promise(async () => {
+    const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { connection: "close" } })
+    return { status: response.status, contentType: response.headers.get("content-type") ?? "", body: await response.text() }
+  })
