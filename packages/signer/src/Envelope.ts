@@ -1,0 +1,172 @@
+import { Either, ParseResult, Schema } from "effect"
+import { KeyId, ProducerId, ProjectId, SchemaVersionUnsupported, SubjectId, TenantId } from "./Domain.ts"
+
+// The `controlplane/v1` envelope: docs/controlplane-envelope.md describes every bound below,
+// and test/EnvelopeExample.test.ts keeps that page and this schema in step.
+// Every struct is closed (unknown members are refused, never dropped), whatever parse
+// options a caller passes: a dropped member would change the signed bytes.
+
+const closed = { parseOptions: { onExcessProperty: "error" } } as const
+
+/** Producer-chosen event id: 16..64 of `A-Z a-z 0-9 _ -`; UUIDs (36) and ULIDs (26) fit. */
+export const EventId = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9_-]{16,64}$/, { message: () => "eventId must match ^[A-Za-z0-9_-]{16,64}$" }),
+  Schema.brand("EventId")
+)
+export type EventId = typeof EventId.Type
+
+export const IdempotencyKey = Schema.String.pipe(
+  Schema.pattern(/^[A-Za-z0-9._:-]{1,128}$/, { message: () => "idempotencyKey must match ^[A-Za-z0-9._:-]{1,128}$" }),
+  Schema.brand("IdempotencyKey")
+)
+export type IdempotencyKey = typeof IdempotencyKey.Type
+
+/** The producer's sequence number on its stream: 1..2^53-1, so every JSON parser reads it exactly. */
+export const Sequence = Schema.Int.pipe(Schema.between(1, Number.MAX_SAFE_INTEGER), Schema.brand("Sequence"))
+export type Sequence = typeof Sequence.Type
+
+const RFC3339_UTC = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?Z$/
+
+// The regex bounds the shape; this rejects dates that do not exist (02-30, 24:00, leap second 60).
+const isRealInstant = (text: string) => {
+  const m = RFC3339_UTC.exec(text)
+  if (m === null) return false
+  const [y, mo, d, h, mi, s] = m.slice(1).map(Number) as [number, number, number, number, number, number]
+  const date = new Date(0)
+  date.setUTCFullYear(y, mo - 1, d)
+  date.setUTCHours(h, mi, s)
+  return date.getUTCFullYear() === y && date.getUTCMonth() === mo - 1 && date.getUTCDate() === d &&
+    date.getUTCHours() === h && date.getUTCMinutes() === mi && date.getUTCSeconds() === s
+}
+
+/** RFC 3339 in UTC with `Z`, optional 1..9 fraction digits; kept as text because it is signed as text. */
+export const CreatedAt = Schema.String.pipe(
+  Schema.maxLength(30),
+  Schema.filter(isRealInstant, { message: () => "createdAt must be an RFC 3339 UTC time ending in Z" }),
+  Schema.brand("CreatedAt")
+)
+export type CreatedAt = typeof CreatedAt.Type
+
+/** Parsing admits 1..99 so that a newer producer gets `schema-version-unsupported` (step 4), not a parse error. */
+export const SchemaVersion = Schema.Int.pipe(Schema.between(1, 99))
+
+export const SUPPORTED_SCHEMA_VERSION = 1
+
+/** The closed set of control-plane kinds; adding one is a reviewed change of this schema and the doc. */
+export const MetadataKind = Schema.Literal("task.proposed", "task.updated", "task.cancelled")
+export type MetadataKind = typeof MetadataKind.Type
+
+export const AttributeKey = Schema.String.pipe(
+  Schema.pattern(/^[a-z][a-z0-9_.-]{0,63}$/, { message: () => "attribute keys must match ^[a-z][a-z0-9_.-]{0,63}$" })
+)
+
+export const MAX_ATTRIBUTES = 32
+export const MAX_ATTRIBUTE_CODE_POINTS = 1024
+
+// Lone surrogates have no UTF-8 form (so no RFC 8785 form); control characters other than
+// tab and line feed only ever smuggle something into a log or a terminal.
+const FORBIDDEN_TEXT = /[\u0000-\u0008\u000B-\u001F\u007F]|\p{Surrogate}/u
+
+export const AttributeValue = Schema.String.pipe(
+  Schema.filter(
+    (value) =>
+      value.length <= 2 * MAX_ATTRIBUTE_CODE_POINTS && Array.from(value).length <= MAX_ATTRIBUTE_CODE_POINTS &&
+      !FORBIDDEN_TEXT.test(value),
+    {
+      message: () =>
+        `attribute values are at most ${MAX_ATTRIBUTE_CODE_POINTS} code points, no control characters but tab and LF`
+    }
+  )
+)
+
+export const Attributes = Schema.Record({ key: AttributeKey, value: AttributeValue }).pipe(
+  Schema.filter((record) => Object.keys(record).length <= MAX_ATTRIBUTES, {
+    message: () => `at most ${MAX_ATTRIBUTES} attributes`
+  })
+)
+
+export const Metadata = Schema.Struct({
+  kind: MetadataKind,
+  subject: SubjectId,
+  attributes: Attributes
+}).annotations({ ...closed, identifier: "Metadata" })
+export type Metadata = typeof Metadata.Type
+
+export const Route = Schema.Struct({
+  tenant: TenantId,
+  project: ProjectId,
+  producer: ProducerId
+}).annotations({ ...closed, identifier: "Route" })
+export type Route = typeof Route.Type
+
+/**
+ * Bounded here only so parsing stays cheap; the exact encoding (unpadded base64url of 64 bytes,
+ * 86 characters) is checked while verifying (step 3), where it is refused as `signature-malformed`.
+ */
+export const SignatureText = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128))
+
+const unsignedFields = {
+  type: Schema.Literal("controlplane/v1"),
+  route: Route,
+  eventId: EventId,
+  idempotencyKey: IdempotencyKey,
+  sequence: Sequence,
+  keyId: KeyId,
+  createdAt: CreatedAt,
+  schemaVersion: SchemaVersion,
+  metadata: Metadata
+}
+
+/** The envelope without `signature`: exactly the object whose RFC 8785 form is signed. */
+export const UnsignedEnvelope = Schema.Struct(unsignedFields).annotations({ ...closed, identifier: "UnsignedEnvelope" })
+export type UnsignedEnvelope = typeof UnsignedEnvelope.Type
+
+export const Envelope = Schema.Struct({ ...unsignedFields, signature: SignatureText }).annotations({
+  ...closed,
+  identifier: "ControlPlaneEnvelope"
+})
+export type Envelope = typeof Envelope.Type
+
+/**
+ * The envelope failed to parse. `at` is a JSON pointer made only of schema member names and
+ * validated attribute keys (an unexpected member is reported at its parent), so the error can
+ * go into an audit row without quoting anything the client sent.
+ */
+export class EnvelopeInvalid extends Schema.TaggedError<EnvelopeInvalid>()("EnvelopeInvalid", {
+  reason: Schema.Literal("envelope-invalid"),
+  problem: Schema.Literal("unexpected-member", "missing-member", "invalid-value"),
+  at: Schema.String
+}) {}
+
+const pointer = (path: ReadonlyArray<PropertyKey>) => path.map((p) => "/" + String(p)).join("")
+
+const toInvalid = (error: ParseResult.ParseError): EnvelopeInvalid => {
+  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+  const path = issue?.path ?? []
+  if (issue?._tag === "Unexpected") {
+    return new EnvelopeInvalid({ reason: "envelope-invalid", problem: "unexpected-member", at: pointer(path.slice(0, -1)) })
+  }
+  const problem = issue?._tag === "Missing" ? "missing-member" : "invalid-value"
+  return new EnvelopeInvalid({ reason: "envelope-invalid", problem, at: pointer(path) })
+}
+
+const options = { onExcessProperty: "error", errors: "first" } as const
+const decodeEnvelopeEither = Schema.decodeUnknownEither(Envelope, options)
+const decodeUnsignedEither = Schema.decodeUnknownEither(UnsignedEnvelope, options)
+
+/** Steps 2 and 4 (shape): a closed parse of a received JSON value. Returns an Either, which is also an Effect. */
+export const decodeEnvelope = (input: unknown): Either.Either<Envelope, EnvelopeInvalid> =>
+  Either.mapLeft(decodeEnvelopeEither(input), toInvalid)
+
+export const decodeUnsignedEnvelope = (input: unknown): Either.Either<UnsignedEnvelope, EnvelopeInvalid> =>
+  Either.mapLeft(decodeUnsignedEither(input), toInvalid)
+
+/** Step 4 of spec 000: only version 1 is understood, though 1..99 parse. */
+export const requireSupportedSchemaVersion = <E extends UnsignedEnvelope>(
+  envelope: E
+): Either.Either<E, SchemaVersionUnsupported> =>
+  envelope.schemaVersion === SUPPORTED_SCHEMA_VERSION
+    ? Either.right(envelope)
+    : Either.left(
+      new SchemaVersionUnsupported({ reason: "schema-version-unsupported", schemaVersion: envelope.schemaVersion })
+    )

@@ -1,0 +1,181 @@
+import { Clock, Config, Duration, Effect, Option } from "effect"
+import {
+  KeyConflict,
+  type KeyId,
+  KeyRefused,
+  KeyUnavailable,
+  type RawPublicKey,
+  SignatureRefused,
+  type SigningKey,
+  type TenantId
+} from "./Domain.ts"
+import { encodeBase64Url, sameBytes } from "./Ed25519.ts"
+import { decodeUnsignedEnvelope, type Envelope, requireSupportedSchemaVersion, type UnsignedEnvelope } from "./Envelope.ts"
+import { decodeEnvelopeSignature, eventIdentity, signingBytes, verifySignatureBytes } from "./EnvelopeSignature.ts"
+import { SigningKeySource } from "./KeySource.ts"
+import { SignerRepo } from "./SignerRepo.ts"
+
+export const SIGNER_REPLAY_WINDOW = "SIGNER_REPLAY_WINDOW"
+
+/**
+ * How long a retired or revoked key's envelopes may still arrive (replayed or late). It matches
+ * the inbox payload retention default of spec 000 (90 days): past it the inbox no longer holds the
+ * payloads those envelopes carried, and their permanent identities refuse them as duplicates.
+ */
+export const replayWindowConfig = Config.duration(SIGNER_REPLAY_WINDOW).pipe(
+  Config.withDefault(Duration.days(90)),
+  Config.validate({
+    message: "Expected a positive duration such as \"90 days\"",
+    validation: Duration.greaterThan(Duration.zero)
+  })
+)
+
+/** Revoked keys are deleted in bounded batches, so one sweep never holds a long lock. */
+export const PURGE_BATCH = 1_000
+
+/** What `verify` proves: this envelope was signed by `key`, usable in the verified tenant right now. */
+export interface VerifiedEnvelope {
+  readonly envelope: Envelope
+  readonly key: SigningKey
+  /** SHA-256 hex of the signed bytes: the audit row's event identity. */
+  readonly eventIdentity: string
+}
+
+/** An unsigned envelope before the signer fills in the tenant's active key id. */
+export type SignRequest = Omit<UnsignedEnvelope, "keyId">
+
+export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", {
+  dependencies: [SignerRepo.Default],
+  effect: Effect.gen(function* () {
+    const repo = yield* SignerRepo
+    const source = yield* SigningKeySource
+    const window = yield* replayWindowConfig
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+    const windowEnd = (from: Date) => new Date(from.getTime() + Duration.toMillis(window))
+    const conflict = (tenant: TenantId, keyId: KeyId, detail: KeyConflict["detail"]) =>
+      new KeyConflict({ reason: "key-conflict", tenant, keyId, detail })
+
+    /** Enrols a tenant's first (or next, once none is active) key. Same key again: the stored row. */
+    const registerKey = Effect.fn("Signer.registerKey")(function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey) {
+      return yield* repo.transaction("registerKey", Effect.gen(function*() {
+        yield* repo.lockTenant(tenant)
+        const existing = yield* repo.find(tenant, keyId)
+        if (Option.isSome(existing)) {
+          if (sameBytes(existing.value.publicKey, publicKey)) return existing.value
+          return yield* conflict(tenant, keyId, "public-key-differs")
+        }
+        // One active key per tenant (a partial unique index holds it too): replacing it is `rotate`.
+        if (Option.isSome(yield* repo.findActive(tenant))) return yield* conflict(tenant, keyId, "tenant-has-active-key")
+        return yield* repo.insertActive({ tenant, keyId, publicKey, now: yield* now })
+      }))
+    })
+
+    /**
+     * Adds `keyId` as the active key and retires the previous one, which keeps verifying for the
+     * replay window (spec 000: old public keys remain verifiable for the retention/replay window).
+     */
+    const rotate = Effect.fn("Signer.rotate")(function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey) {
+      return yield* repo.transaction("rotate", Effect.gen(function*() {
+        yield* repo.lockTenant(tenant)
+        const existing = yield* repo.find(tenant, keyId)
+        if (Option.isSome(existing)) {
+          if (!sameBytes(existing.value.publicKey, publicKey)) return yield* conflict(tenant, keyId, "public-key-differs")
+          // A rotation that already happened is acknowledged again; a retired key is never reactivated.
+          if (existing.value.state === "active") return { key: existing.value, retired: [] as ReadonlyArray<SigningKey> }
+          return yield* conflict(tenant, keyId, "key-not-active")
+        }
+        const at = yield* now
+        const retired = yield* repo.retireActive({ tenant, now: at, verifyUntil: windowEnd(at) })
+        const key = yield* repo.insertActive({ tenant, keyId, publicKey, now: at })
+        return { key, retired: retired as ReadonlyArray<SigningKey> }
+      }))
+    })
+
+    /** Stops verification at once; the row stays (refusing its envelopes) until `purgeRevoked`. */
+    const revoke = Effect.fn("Signer.revoke")(function*(tenant: TenantId, keyId: KeyId) {
+      return yield* repo.transaction("revoke", Effect.gen(function*() {
+        yield* repo.lockTenant(tenant)
+        const existing = yield* repo.find(tenant, keyId)
+        if (Option.isNone(existing)) return yield* new KeyRefused({ reason: "key-unknown", tenant, keyId })
+        if (existing.value.state === "revoked") return existing.value
+        const at = yield* now
+        const revoked = yield* repo.revoke({ tenant, keyId, now: at, verifyUntil: windowEnd(at) })
+        return Option.getOrElse(revoked, () => existing.value)
+      }))
+    })
+
+    /**
+     * Deletes revoked keys whose replay window has passed: no envelope they signed can still be
+     * replayed, so their identity may go (spec 000: revoked keys are removed only after that).
+     */
+    const purgeRevoked = Effect.fn("Signer.purgeRevoked")(function*() {
+      const at = yield* now
+      const purged: Array<{ readonly tenant: TenantId; readonly keyId: KeyId }> = []
+      while (true) {
+        const batch = yield* repo.purgeRevoked({ now: at, limit: PURGE_BATCH })
+        purged.push(...batch)
+        if (batch.length < PURGE_BATCH) return purged
+      }
+    })
+
+    const keys = Effect.fn("Signer.keys")(function*(tenant: TenantId) {
+      return yield* repo.listForTenant(tenant)
+    })
+
+    /**
+     * Looks the key up only under `tenant`, which must be the verified tenant: another tenant's
+     * key id is simply not there ("key-unknown"), so its existence is never disclosed.
+     */
+    const resolveVerificationKey = Effect.fn("Signer.resolveVerificationKey")(function*(tenant: TenantId, keyId: KeyId) {
+      const found = yield* repo.find(tenant, keyId)
+      if (Option.isNone(found)) return yield* new KeyRefused({ reason: "key-unknown", tenant, keyId })
+      const key = found.value
+      if (key.state === "revoked") return yield* new KeyRefused({ reason: "key-revoked", tenant, keyId })
+      if (key.state === "retired" && (key.verifyUntil === null || (yield* now) >= key.verifyUntil)) {
+        return yield* new KeyRefused({ reason: "key-expired", tenant, keyId })
+      }
+      return key
+    })
+
+    /**
+     * Step 3 of spec 000. `verifiedTenant` is the authenticated tenant when the caller has one; the
+     * route must name it (step 2 compares it first; this keeps the key lookup inside that scope).
+     */
+    const verify = Effect.fn("Signer.verify")(function*(envelope: Envelope, verifiedTenant?: TenantId) {
+      const tenant = verifiedTenant ?? envelope.route.tenant
+      const { keyId } = envelope
+      if (envelope.route.tenant !== tenant) return yield* new KeyRefused({ reason: "key-unknown", tenant, keyId })
+      const signature = yield* Effect.mapError(decodeEnvelopeSignature(envelope), (malformed) =>
+        new SignatureRefused({ reason: "signature-malformed", tenant, keyId, defect: malformed.defect }))
+      const key = yield* resolveVerificationKey(tenant, keyId)
+      if (!verifySignatureBytes(envelope, signature, key.publicKey)) {
+        return yield* new SignatureRefused({ reason: "signature-invalid", tenant, keyId })
+      }
+      return { envelope, key, eventIdentity: eventIdentity(envelope) } satisfies VerifiedEnvelope
+    })
+
+    /**
+     * Signs with the tenant's active registered key through the key source. The result is checked
+     * against the registered public key, so a misconfigured source never emits an envelope that
+     * receivers would refuse.
+     */
+    const sign = Effect.fn("Signer.sign")(function*(request: SignRequest) {
+      const tenant = request.route.tenant
+      const active = yield* repo.findActive(tenant)
+      if (Option.isNone(active)) return yield* new KeyUnavailable({ reason: "no-active-key", tenant })
+      const keyId = active.value.keyId
+      const unsigned = yield* decodeUnsignedEnvelope({ ...request, keyId })
+      yield* requireSupportedSchemaVersion(unsigned)
+      const signature = yield* source.sign(tenant, keyId, signingBytes(unsigned))
+      if (!verifySignatureBytes(unsigned, signature, active.value.publicKey)) {
+        yield* Effect.logError("signing key source disagrees with the registered public key").pipe(
+          Effect.annotateLogs({ tenant, keyId })
+        )
+        return yield* new KeyUnavailable({ reason: "key-mismatch", tenant, keyId })
+      }
+      return { ...unsigned, signature: encodeBase64Url(signature) } satisfies Envelope
+    })
+
+    return { registerKey, rotate, revoke, purgeRevoked, keys, resolveVerificationKey, verify, sign } as const
+  })
+}) {}

@@ -1,0 +1,151 @@
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Effect, Option, type ParseResult, Predicate, Schema } from "effect"
+import { KeyId, KeyState, RawPublicKey, SignerStorageUnavailable, SigningKey, TenantId } from "./Domain.ts"
+
+// SQL only; private to the package. Statements use `.withoutTransform` so these row shapes hold
+// whatever name transforms the backend's pool is configured with. Times are parameters taken
+// from Effect's Clock, never the database's now(), so TestClock drives expiry in tests.
+
+const KeyRow = Schema.Struct({
+  tenant: Schema.String,
+  key_id: Schema.String,
+  public_key: Schema.Uint8ArrayFromSelf,
+  state: KeyState,
+  created_at: Schema.DateFromSelf,
+  retired_at: Schema.NullOr(Schema.DateFromSelf),
+  revoked_at: Schema.NullOr(Schema.DateFromSelf),
+  verify_until: Schema.NullOr(Schema.DateFromSelf)
+})
+type KeyRow = typeof KeyRow.Type
+
+const toKey = (row: KeyRow) =>
+  new SigningKey({
+    tenant: TenantId.make(row.tenant),
+    keyId: KeyId.make(row.key_id),
+    publicKey: RawPublicKey.make(new Uint8Array(row.public_key)),
+    state: row.state,
+    createdAt: row.created_at,
+    retiredAt: row.retired_at,
+    revokedAt: row.revoked_at,
+    verifyUntil: row.verify_until
+  })
+
+const KeyRef = Schema.Struct({ tenant: Schema.String, keyId: Schema.String })
+
+/**
+ * A database failure is an expected outcome (retry later), so it becomes a typed error; a row
+ * that does not decode is a bug and dies. Only the SQLSTATE is logged: driver errors can quote
+ * statement parameters.
+ */
+type Stored<E> = Exclude<E, SqlError.SqlError | ParseResult.ParseError> | SignerStorageUnavailable
+
+export const storage = (operation: string) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Stored<E>, R> =>
+  Effect.catchAll(effect, (error): Effect.Effect<never, Stored<E>> => {
+    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
+    if (!Predicate.isTagged(error, "SqlError")) return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
+    const code = ((error as unknown as SqlError.SqlError).cause as { readonly code?: unknown } | undefined)?.code
+    return Effect.logWarning("signer storage unavailable").pipe(
+      Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
+      Effect.zipRight(Effect.fail(new SignerStorageUnavailable({ operation })))
+    )
+  })
+
+// Key management of one tenant is serialized on this advisory lock (first argument: the signer's
+// lock class), because the first registration has no row yet that FOR UPDATE could lock.
+const LOCK_CLASS = 72_110_010
+
+export class SignerRepo extends Effect.Service<SignerRepo>()("@delivery/signer/SignerRepo", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+
+    const find = SqlSchema.findOne({
+      Request: KeyRef,
+      Result: KeyRow,
+      execute: (r) => sql`SELECT * FROM signer_keys WHERE tenant = ${r.tenant} AND key_id = ${r.keyId}`.withoutTransform
+    })
+
+    const findActive = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: KeyRow,
+      execute: (tenant) => sql`SELECT * FROM signer_keys WHERE tenant = ${tenant} AND state = 'active'`.withoutTransform
+    })
+
+    const insertActive = SqlSchema.single({
+      Request: Schema.Struct({ ...KeyRef.fields, publicKey: Schema.Uint8ArrayFromSelf, now: Schema.DateFromSelf }),
+      Result: KeyRow,
+      execute: (r) => sql`
+        INSERT INTO signer_keys (tenant, key_id, public_key, state, created_at)
+        VALUES (${r.tenant}, ${r.keyId}, ${r.publicKey}, 'active', ${r.now})
+        RETURNING *`.withoutTransform
+    })
+
+    const retireActive = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, now: Schema.DateFromSelf, verifyUntil: Schema.DateFromSelf }),
+      Result: KeyRow,
+      execute: (r) => sql`
+        UPDATE signer_keys SET state = 'retired', retired_at = ${r.now}, verify_until = ${r.verifyUntil}
+        WHERE tenant = ${r.tenant} AND state = 'active'
+        RETURNING *`.withoutTransform
+    })
+
+    // A retired key stopped signing when it was retired, so its window already ends in time;
+    // an active key signed until now, so its window starts now.
+    const revoke = SqlSchema.findOne({
+      Request: Schema.Struct({ ...KeyRef.fields, now: Schema.DateFromSelf, verifyUntil: Schema.DateFromSelf }),
+      Result: KeyRow,
+      execute: (r) => sql`
+        UPDATE signer_keys
+        SET state = 'revoked', revoked_at = ${r.now}, verify_until = COALESCE(verify_until, ${r.verifyUntil})
+        WHERE tenant = ${r.tenant} AND key_id = ${r.keyId} AND state <> 'revoked'
+        RETURNING *`.withoutTransform
+    })
+
+    const listForTenant = SqlSchema.findAll({
+      Request: Schema.String,
+      Result: KeyRow,
+      execute: (tenant) =>
+        sql`SELECT * FROM signer_keys WHERE tenant = ${tenant} ORDER BY created_at, key_id`.withoutTransform
+    })
+
+    const purgeRevoked = SqlSchema.findAll({
+      Request: Schema.Struct({ now: Schema.DateFromSelf, limit: Schema.Number }),
+      Result: Schema.Struct({ tenant: Schema.String, key_id: Schema.String }),
+      execute: (r) => sql`
+        DELETE FROM signer_keys
+        WHERE (tenant, key_id) IN (
+          SELECT tenant, key_id FROM signer_keys
+          WHERE state = 'revoked' AND verify_until <= ${r.now}
+          ORDER BY verify_until LIMIT ${r.limit}
+          FOR UPDATE SKIP LOCKED)
+        RETURNING tenant, key_id`.withoutTransform
+    })
+
+    return {
+      /** Inside a transaction: holds the tenant's key-management lock until commit. */
+      lockTenant: (tenant: string) =>
+        storage("lockTenant")(sql`SELECT pg_advisory_xact_lock(${LOCK_CLASS}, hashtext(${tenant}))`.withoutTransform),
+      find: (tenant: string, keyId: string) => storage("find")(Effect.map(find({ tenant, keyId }), Option.map(toKey))),
+      findActive: (tenant: string) => storage("findActive")(Effect.map(findActive(tenant), Option.map(toKey))),
+      insertActive: (r: { tenant: string; keyId: string; publicKey: Uint8Array; now: Date }) =>
+        // INSERT ... RETURNING without a row is impossible: a defect, not an outcome.
+        storage("insertActive")(
+          Effect.map(Effect.catchTag(insertActive(r), "NoSuchElementException", Effect.die), toKey)
+        ),
+      listForTenant: (tenant: string) =>
+        storage("listForTenant")(Effect.map(listForTenant(tenant), (rows) => rows.map(toKey))),
+      retireActive: (r: { tenant: string; now: Date; verifyUntil: Date }) =>
+        storage("retireActive")(Effect.map(retireActive(r), (rows) => rows.map(toKey))),
+      revoke: (r: { tenant: string; keyId: string; now: Date; verifyUntil: Date }) =>
+        storage("revoke")(Effect.map(revoke(r), Option.map(toKey))),
+      purgeRevoked: (r: { now: Date; limit: number }) =>
+        storage("purgeRevoked")(
+          Effect.map(purgeRevoked(r), (rows) =>
+            rows.map((row) => ({ tenant: TenantId.make(row.tenant), keyId: KeyId.make(row.key_id) })))
+        ),
+      /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
+      transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
+        storage(operation)(sql.withTransaction(effect))
+    }
+  })
+}) {}

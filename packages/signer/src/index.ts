@@ -1,0 +1,40 @@
+export * from "./Domain.ts"
+export {
+  AttributeKey,
+  Attributes,
+  AttributeValue,
+  CreatedAt,
+  decodeEnvelope,
+  decodeUnsignedEnvelope,
+  Envelope,
+  EnvelopeInvalid,
+  EventId,
+  IdempotencyKey,
+  MAX_ATTRIBUTE_CODE_POINTS,
+  MAX_ATTRIBUTES,
+  Metadata,
+  MetadataKind,
+  requireSupportedSchemaVersion,
+  Route,
+  SchemaVersion,
+  Sequence,
+  SignatureText,
+  SUPPORTED_SCHEMA_VERSION,
+  UnsignedEnvelope
+} from "./Envelope.ts"
+export {
+  decodeEnvelopeSignature,
+  eventIdentity,
+  signEnvelope,
+  signingBytes,
+  signingText,
+  verifyEnvelopeSignature,
+  verifySignatureBytes
+} from "./EnvelopeSignature.ts"
+export { decodeSignature, Ed25519PublicKey, encodeBase64Url, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey } from "./Ed25519.ts"
+export type { PrivateKeyEntry } from "./KeyList.ts"
+export { parseKeyList } from "./KeyList.ts"
+export * as KeySource from "./KeySource.ts"
+export { SigningKeySource, type SigningKeySourceShape } from "./KeySource.ts"
+export { PURGE_BATCH, replayWindowConfig, type SignRequest, Signer, SIGNER_REPLAY_WINDOW, type VerifiedEnvelope } from "./Signer.ts"
+export { SIGNER_CONFIG } from "./SignerConfig.ts"

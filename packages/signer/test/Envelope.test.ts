@@ -1,0 +1,200 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Either, Schema } from "effect"
+import {
+  decodeEnvelope,
+  decodeEnvelopeSignature,
+  Envelope,
+  eventIdentity,
+  requireSupportedSchemaVersion,
+  signEnvelope,
+  signingBytes,
+  verifyEnvelopeSignature
+} from "../src/index.ts"
+import { keyPair, unsigned, unsignedJson } from "./fixtures.ts"
+
+const { privateKey, publicKey } = keyPair(1)
+const signedJson = (overrides: Record<string, unknown> = {}) =>
+  signEnvelope(unsigned(overrides), privateKey) as unknown as Record<string, unknown>
+const parse = (value: unknown) => decodeEnvelope(value)
+const refusal = (value: unknown) => Either.flip(parse(value)).pipe(Either.getOrThrow)
+const setPath = (value: Record<string, unknown>, path: ReadonlyArray<string>, next: unknown): Record<string, unknown> => {
+  const [head, ...rest] = path
+  return { ...value, [head!]: rest.length === 0 ? next : setPath(value[head!] as Record<string, unknown>, rest, next) }
+}
+
+describe("controlplane/v1 signing: Ed25519 over the RFC 8785 form of the envelope without `signature`", () => {
+  it("sign then verify round-trips, and the signature covers exactly the canonical bytes", () => {
+    const envelope = Either.getOrThrow(parse(signedJson()))
+    expect(verifyEnvelopeSignature(envelope, publicKey)).toBe(true)
+    expect(envelope.signature).toMatch(/^[A-Za-z0-9_-]{85}[AQgw]$/)
+    // Ed25519 is deterministic: signing the same bytes again gives the same text.
+    expect(signEnvelope(unsigned(), privateKey).signature).toBe(envelope.signature)
+    expect(eventIdentity(envelope)).toMatch(/^[0-9a-f]{64}$/)
+    expect(eventIdentity(envelope)).toBe(eventIdentity(unsigned()))
+  })
+
+  it("another key's signature does not verify", () => {
+    const envelope = Either.getOrThrow(parse(signedJson()))
+    expect(verifyEnvelopeSignature(envelope, keyPair(2).publicKey)).toBe(false)
+  })
+
+  const tampered: ReadonlyArray<[string, ReadonlyArray<string>, unknown]> = [
+    ["route.tenant", ["route", "tenant"], "globex"],
+    ["route.project", ["route", "project"], "intranet"],
+    ["route.producer", ["route", "producer"], "laptop-8"],
+    ["eventId", ["eventId"], "01J9Z3K6X8Q4M2N5P7R9T1V3W6"],
+    ["idempotencyKey", ["idempotencyKey"], "task-42:proposal:2"],
+    ["sequence", ["sequence"], 43],
+    ["keyId", ["keyId"], "k2"],
+    ["createdAt", ["createdAt"], "2025-01-15T09:30:00.124Z"],
+    ["schemaVersion", ["schemaVersion"], 2],
+    ["metadata.kind", ["metadata", "kind"], "task.cancelled"],
+    ["metadata.subject", ["metadata", "subject"], "task-43"],
+    ["metadata.attributes (value)", ["metadata", "attributes", "title"], "Reviser"],
+    ["metadata.attributes (added)", ["metadata", "attributes", "extra"], "x"],
+    ["metadata.attributes (removed)", ["metadata", "attributes"], { title: "Réviser" }]
+  ]
+  it.each(tampered)("a tampered payload fails verification: %s", (_, path, value) => {
+    const envelope = Either.getOrThrow(parse(setPath(signedJson(), path, value)))
+    expect(verifyEnvelopeSignature(envelope, publicKey)).toBe(false)
+  })
+})
+
+describe("the envelope is a closed schema: unknown members are refused, not dropped", () => {
+  const extras: ReadonlyArray<[string, ReadonlyArray<string>, string]> = [
+    ["the envelope", ["debug"], ""],
+    ["route", ["route", "region"], "/route"],
+    ["metadata", ["metadata", "note"], "/metadata"]
+  ]
+  it.each(extras)("an unknown member of %s is refused as envelope-invalid, reported at its parent", (_, path, at) => {
+    const error = refusal(setPath(signedJson(), path, "sk_live_secret-looking-value"))
+    expect(error).toMatchObject({ reason: "envelope-invalid", problem: "unexpected-member", at })
+    // Neither the member's name nor its value can reach an audit row through the error.
+    expect(JSON.stringify(error)).not.toMatch(/sk_live|region|note|debug/)
+  })
+
+  it("closed whatever parse options a caller passes (the schema carries onExcessProperty: error)", () => {
+    const lenient = Schema.decodeUnknownEither(Envelope, { onExcessProperty: "ignore" })
+    expect(Either.isLeft(lenient({ ...signedJson(), debug: true }))).toBe(true)
+    expect(Either.isLeft(lenient(setPath(signedJson(), ["route", "region"], "eu")))).toBe(true)
+  })
+
+  it("a missing member is refused with its path", () => {
+    const { idempotencyKey: _, ...rest } = signedJson()
+    expect(refusal(rest)).toMatchObject({ problem: "missing-member", at: "/idempotencyKey" })
+  })
+})
+
+describe("signature: unpadded base64url of exactly 64 bytes, else signature-malformed (a separate decode step)", () => {
+  const good = signEnvelope(unsigned(), privateKey).signature
+  const cases: ReadonlyArray<[string, string, string]> = [
+    ["padding", good + "==", "signature-padding"],
+    ["`+` (standard alphabet)", "+" + good.slice(1), "signature-alphabet"],
+    ["`/` (standard alphabet)", good.slice(0, 10) + "/" + good.slice(11), "signature-alphabet"],
+    ["a space", good.slice(0, 85) + " ", "signature-alphabet"],
+    ["too short", good.slice(0, 85), "signature-length"],
+    ["too long", good + "A", "signature-length"],
+    ["non-zero unused bits", good.slice(0, 85) + "B", "signature-non-canonical"]
+  ]
+  it.each(cases)("refused: %s", (_, signature, defect) => {
+    const envelope = Either.getOrThrow(parse({ ...signedJson(), signature }))
+    const malformed = Either.flip(decodeEnvelopeSignature(envelope)).pipe(Either.getOrThrow)
+    expect(malformed).toMatchObject({ reason: "signature-malformed", defect })
+    expect(verifyEnvelopeSignature(envelope, publicKey)).toBe(false)
+  })
+
+  it("the signature text is bounded (at most 128 characters) before anything else looks at it", () => {
+    expect(refusal({ ...signedJson(), signature: "A".repeat(129) })).toMatchObject({ at: "/signature" })
+    expect(refusal({ ...signedJson(), signature: "" })).toMatchObject({ at: "/signature" })
+  })
+})
+
+describe("schemaVersion: the schema accepts integers 1..99; step 4 then requires 1", () => {
+  it("2 parses and verifies, then is refused as schema-version-unsupported", () => {
+    const envelope = Either.getOrThrow(parse(signedJson({ schemaVersion: 2 })))
+    expect(verifyEnvelopeSignature(envelope, publicKey)).toBe(true)
+    const refused = Either.flip(requireSupportedSchemaVersion(envelope)).pipe(Either.getOrThrow)
+    expect(refused).toMatchObject({ _tag: "SchemaVersionUnsupported", reason: "schema-version-unsupported", schemaVersion: 2 })
+    expect(Either.isRight(requireSupportedSchemaVersion(Either.getOrThrow(parse(signedJson()))))).toBe(true)
+  })
+
+  it.each([0, 1.5, 100, -1, "1", null, true])("refused at parse: %j", (schemaVersion) => {
+    expect(refusal({ ...signedJson(), schemaVersion })).toMatchObject({ problem: "invalid-value", at: "/schemaVersion" })
+  })
+})
+
+describe("every identity is bounded in length and character set", () => {
+  const id64 = "a".repeat(64)
+  const refused: ReadonlyArray<[string, ReadonlyArray<string>, unknown]> = [
+    ["tenant too long (65)", ["route", "tenant"], "a" + id64],
+    ["tenant upper case", ["route", "tenant"], "Acme"],
+    ["tenant starting with -", ["route", "tenant"], "-acme"],
+    ["tenant empty", ["route", "tenant"], ""],
+    ["project with a dot", ["route", "project"], "web.site"],
+    ["producer with a space", ["route", "producer"], "laptop 7"],
+    ["producer with non-ASCII", ["route", "producer"], "lаptop"],
+    ["keyId too long", ["keyId"], "k" + id64],
+    ["keyId with a slash", ["keyId"], "k/1"],
+    ["eventId too short (15)", ["eventId"], "A".repeat(15)],
+    ["eventId too long (65)", ["eventId"], "A".repeat(65)],
+    ["eventId with a dot", ["eventId"], "01J9Z3K6X8Q4M2N5.7R9T1"],
+    ["idempotencyKey empty", ["idempotencyKey"], ""],
+    ["idempotencyKey too long (129)", ["idempotencyKey"], "k".repeat(129)],
+    ["idempotencyKey with a space", ["idempotencyKey"], "task 42"],
+    ["sequence 0", ["sequence"], 0],
+    ["sequence above 2^53-1", ["sequence"], 2 ** 53],
+    ["sequence as a string", ["sequence"], "42"],
+    ["createdAt with an offset", ["createdAt"], "2025-01-15T09:30:00+01:00"],
+    ["createdAt without Z", ["createdAt"], "2025-01-15T09:30:00"],
+    ["createdAt that does not exist", ["createdAt"], "2025-02-30T09:30:00Z"],
+    ["createdAt with 10 fraction digits", ["createdAt"], "2025-01-15T09:30:00.1234567890Z"],
+    ["metadata.kind outside the closed set", ["metadata", "kind"], "task.deleted"],
+    ["metadata.subject upper case", ["metadata", "subject"], "Task-42"]
+  ]
+  it.each(refused)("refused: %s", (_, path, value) => {
+    expect(refusal(setPath(signedJson(), path, value))).toMatchObject({ reason: "envelope-invalid" })
+  })
+
+  it("the bounds themselves are accepted: 64-character ids, 128-character keys, a UUID event id", () => {
+    const envelope = setPath(
+      setPath(setPath(signedJson(), ["route", "tenant"], id64), ["idempotencyKey"], "k".repeat(128)),
+      ["eventId"],
+      "0b9f5e0e-3c1a-4f5e-9a8b-7c6d5e4f3a2b"
+    )
+    expect(Either.isRight(parse(envelope))).toBe(true)
+  })
+})
+
+describe("metadata.attributes: at most 32 entries, bounded keys, values of at most 1024 code points", () => {
+  const attributes = (value: unknown) => setPath(signedJson(), ["metadata", "attributes"], value)
+  const many = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]))
+
+  it("32 entries and a 1024-code-point value (astral characters count once) are accepted", () => {
+    expect(Either.isRight(parse(attributes(many(32))))).toBe(true)
+    expect(Either.isRight(parse(attributes({ title: "😀".repeat(1024) })))).toBe(true)
+    expect(Either.isRight(parse(attributes({ title: "line one\n\tline two" })))).toBe(true)
+  })
+
+  it.each<[string, unknown]>([
+    ["33 entries", many(33)],
+    ["a 1025-code-point value", { title: "x".repeat(1025) }],
+    ["a key with upper case", { Title: "x" }],
+    ["a key of 65 characters", { ["k".repeat(65)]: "x" }],
+    ["a __proto__ key", JSON.parse("{\"__proto__\": \"x\"}")],
+    ["a non-string value", { title: 1 }],
+    ["a NUL character", { title: "a\u0000b" }],
+    ["an escape character", { title: "\u001b[31mred" }],
+    ["a lone surrogate", { title: "\ud800" }]
+  ])("refused: %s", (_, value) => {
+    expect(refusal(attributes(value))).toMatchObject({ reason: "envelope-invalid" })
+  })
+})
+
+describe("signingBytes", () => {
+  it("leaves out `signature` and is the same for the signed and the unsigned envelope", () => {
+    const envelope = Either.getOrThrow(parse(signedJson()))
+    expect(Buffer.from(signingBytes(envelope)).equals(Buffer.from(signingBytes(unsigned())))).toBe(true)
+    expect(new TextDecoder().decode(signingBytes(envelope))).not.toContain("signature")
+    expect(unsignedJson()).not.toHaveProperty("signature")
+  })
+})
