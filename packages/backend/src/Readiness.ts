@@ -4,7 +4,7 @@ import { verifyMigrations } from "@delivery/core"
 import { Duration, Effect } from "effect"
 import { AppConfig } from "./Config.ts"
 import { NotReady, Ready, type ReadyChecks } from "./HealthApi.ts"
-import { WorkerRegistry } from "./WorkerRegistry.ts"
+import { WorkerRegistry } from "@delivery/core"
 
 type Check = ReadyChecks["database"]
 

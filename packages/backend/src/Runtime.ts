@@ -9,7 +9,7 @@ import { DatabaseLive, StartupChecksLive } from "./Database.ts"
 import { ApiLive, DocsLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { Readiness } from "./Readiness.ts"
-import { WorkerRegistry } from "./WorkerRegistry.ts"
+import { WorkerRegistry } from "@delivery/core"
 import { Workers, WorkersLive } from "./Workers.ts"
 
 /** What a worker layer may use; everything else it needs, it provides itself. */

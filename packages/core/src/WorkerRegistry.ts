@@ -11,7 +11,7 @@ export interface WorkerState {
  * Which workers this process started and whether each is running. Workers register before they are forked and
  * mark themselves running from inside their fiber, so `/ready` never reports a worker that has not started.
  */
-export class WorkerRegistry extends Effect.Service<WorkerRegistry>()("@delivery/backend/WorkerRegistry", {
+export class WorkerRegistry extends Effect.Service<WorkerRegistry>()("@delivery/core/WorkerRegistry", {
   effect: Effect.gen(function* () {
     const workers = yield* Ref.make<ReadonlyMap<string, WorkerStatus>>(new Map())
     const set = (name: string, status: WorkerStatus) =>
