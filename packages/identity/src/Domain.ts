@@ -8,7 +8,8 @@ import { type Redacted, Schema } from "effect"
  */
 export const IdPattern = /^[a-z0-9][a-z0-9_-]{0,63}$/
 
-const boundedId = <B extends string>(brand: B) =>
+/** A branded id with `IdPattern`: every package bounds its identities the same way. */
+export const boundedId = <B extends string>(brand: B) =>
   Schema.String.pipe(
     Schema.pattern(IdPattern, { message: () => `${brand} must match ${IdPattern.source}` }),
     Schema.brand(brand)

@@ -1,16 +1,10 @@
-import { IdPattern, TenantId } from "@delivery/identity"
+import { boundedId, TenantId } from "@delivery/identity"
 import { Schema } from "effect"
 
 export { TenantId }
 
 // Every identity on the envelope uses identity's id pattern (1..64 of a-z 0-9 _ -,
 // first character a letter or digit), so it is safe in logs, rows, URLs and rate-limit keys.
-const boundedId = <B extends string>(brand: B) =>
-  Schema.String.pipe(
-    Schema.pattern(IdPattern, { message: () => `${brand} must match ${IdPattern.source}` }),
-    Schema.brand(brand)
-  )
-
 export const ProjectId = boundedId("ProjectId")
 export type ProjectId = typeof ProjectId.Type
 

@@ -1,7 +1,7 @@
 import { Data, Duration, Effect, Schedule } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
 import { existsSync } from "node:fs"
-import { connect, createServer } from "node:net"
+import { connect } from "node:net"
 import { basename, join } from "node:path"
 
 /**
@@ -93,15 +93,7 @@ export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =
     ({ child, exited }) => Effect.sync(() => (exited() ? undefined : void child.kill("SIGKILL")))
   ).pipe(Effect.map(({ process }) => process))
 
-/** A port nothing listens on right now (the OS picked it; it is closed again before returning). */
-export const freePort = Effect.async<number>((resume) => {
-  const server = createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() => resume(Effect.succeed(port)))
-  })
-})
+export { freePort } from "@delivery/testing"
 
 /** "refused" when nothing listens (ECONNREFUSED), "open" when a TCP connection is accepted. */
 export const probePort = (port: number) =>
