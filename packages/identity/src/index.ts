@@ -8,7 +8,34 @@ export {
   type VerifiedAccount
 } from "./Identity.ts"
 export { Authentication, AuthenticationFailure, CurrentIdentity, requirePermission } from "./Authentication.ts"
-export { authenticationLayer, AuthenticationLive, PeerLimitConfig, retryAfterSeconds } from "./AuthenticationLive.ts"
+export { authenticationLayer, AuthenticationLive } from "./AuthenticationLive.ts"
+export {
+  IDENTITY_CONFIG,
+  IDENTITY_PEER_LIMIT,
+  IDENTITY_PEER_WINDOW,
+  PeerLimit,
+  PeerLimitConfig,
+  peerLimitLayer,
+  PeerLimitLive,
+  retryAfterSeconds,
+  TRUSTED_PROXY_HOPS
+} from "./PeerLimit.ts"
+export {
+  CurrentOperator,
+  OperatorAccessDisabled,
+  OperatorAuthentication,
+  OperatorAuthenticationFailure,
+  operatorActor,
+  OperatorIdentity
+} from "./OperatorAuthentication.ts"
+export {
+  maxOperatorTokenLength,
+  OPERATOR_CONFIG,
+  OPERATOR_TOKEN,
+  operatorAuthenticationLayer,
+  OperatorAuthenticationLive,
+  OperatorTokenConfig
+} from "./OperatorAuthenticationLive.ts"
 export { IdentityApi } from "./Api.ts"
 export { deliveryApiId, IdentityHttpLive } from "./Http.ts"
 export { maxTokenLength } from "./Token.ts"

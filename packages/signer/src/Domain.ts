@@ -127,3 +127,52 @@ export class SignerStorageUnavailable extends Schema.TaggedError<SignerStorageUn
   "SignerStorageUnavailable",
   { operation: Schema.String }
 ) {}
+
+// Operator key management. Audit rows and these errors carry ids and stable codes only.
+
+/** Who acted, by credential kind: `operator:environment`, `system:signer-purge`. Never the credential. */
+export const AuditActor = Schema.String.pipe(
+  Schema.pattern(/^[a-z][a-z0-9-]{0,31}:[a-z0-9][a-z0-9_.-]{0,63}$/),
+  Schema.brand("AuditActor")
+)
+export type AuditActor = typeof AuditActor.Type
+
+/** Ties an audit row to the request (or sweep) that wrote it; a client may choose it, within this pattern. */
+export const CorrelationId = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9._:-]{1,64}$/), Schema.brand("CorrelationId"))
+export type CorrelationId = typeof CorrelationId.Type
+
+/** Attribution for a key change: written to `signer_key_audit` in the change's own transaction. */
+export interface KeyActor {
+  readonly actor: AuditActor
+  readonly correlationId: CorrelationId
+}
+
+export const KeyAuditAction = Schema.Literal("register", "rotate", "retire", "revoke", "purge")
+export type KeyAuditAction = typeof KeyAuditAction.Type
+
+/** `unchanged`: an idempotent repeat (the same registration or rotation again, a second revocation). */
+export const KeyChangeOutcome = Schema.Literal("applied", "unchanged")
+export type KeyChangeOutcome = typeof KeyChangeOutcome.Type
+
+/** What an operator key action did; `retired` lists the keys a rotation retired. */
+export interface KeyChange {
+  readonly key: SigningKey
+  readonly outcome: KeyChangeOutcome
+  readonly retired: ReadonlyArray<SigningKey>
+}
+
+/** An operator named a key id the tenant does not have (another tenant's ids are not there either). */
+export class SigningKeyNotFound extends Schema.TaggedError<SigningKeyNotFound>()("SigningKeyNotFound", {
+  reason: Schema.Literal("key-unknown"),
+  tenant: Schema.String,
+  keyId: Schema.String
+}) {}
+
+export const RequestField = Schema.Literal("tenant", "keyId", "publicKey", "body")
+export const RequestProblem = Schema.Literal("not-json", "missing", "invalid", "unknown-member")
+
+/** An operator request did not validate. Fields and stable problems only: never the submitted values. */
+export class SigningKeyRequestInvalid extends Schema.TaggedError<SigningKeyRequestInvalid>()("SigningKeyRequestInvalid", {
+  reason: Schema.Literal("request-invalid"),
+  issues: Schema.Array(Schema.Struct({ field: RequestField, problem: RequestProblem })).pipe(Schema.maxItems(8))
+}) {}

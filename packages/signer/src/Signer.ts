@@ -1,6 +1,6 @@
-import { Clock, Config, Duration, Effect, Option } from "effect"
+import { Config, Duration, Effect, Option } from "effect"
 import {
-  KeyConflict,
+  type KeyActor,
   type KeyId,
   KeyRefused,
   KeyUnavailable,
@@ -9,9 +9,10 @@ import {
   type SigningKey,
   type TenantId
 } from "./Domain.ts"
-import { encodeBase64Url, sameBytes } from "./Ed25519.ts"
+import { encodeBase64Url } from "./Ed25519.ts"
 import { decodeUnsignedEnvelope, type Envelope, requireSupportedSchemaVersion, type UnsignedEnvelope } from "./Envelope.ts"
 import { decodeEnvelopeSignature, eventIdentity, signingBytes, verifySignatureBytes } from "./EnvelopeSignature.ts"
+import { makeKeyManagement, systemActor } from "./KeyManagement.ts"
 import { SigningKeySource } from "./KeySource.ts"
 import { SignerRepo } from "./SignerRepo.ts"
 
@@ -22,12 +23,14 @@ export const SIGNER_REPLAY_WINDOW = "SIGNER_REPLAY_WINDOW"
  * the inbox payload retention default of spec 000 (90 days): past it the inbox no longer holds the
  * payloads those envelopes carried, and their permanent identities refuse them as duplicates.
  */
-export const replayWindowConfig = Config.duration(SIGNER_REPLAY_WINDOW).pipe(
-  Config.withDefault(Duration.days(90)),
+export const replayWindowConfig = Config.duration().pipe(
+  // `nested` after `validate`: a refused value is still reported under its variable's name.
   Config.validate({
-    message: "Expected a positive duration such as \"90 days\"",
-    validation: Duration.greaterThan(Duration.zero)
-  })
+    message: "Expected a positive, finite duration such as \"90 days\"",
+    validation: (d) => Duration.isFinite(d) && Duration.greaterThan(d, Duration.zero)
+  }),
+  Config.nested(SIGNER_REPLAY_WINDOW),
+  Config.withDefault(Duration.days(90))
 )
 
 /** Revoked keys are deleted in bounded batches, so one sweep never holds a long lock. */
@@ -50,69 +53,35 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
     const repo = yield* SignerRepo
     const source = yield* SigningKeySource
     const window = yield* replayWindowConfig
-    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
-    const windowEnd = (from: Date) => new Date(from.getTime() + Duration.toMillis(window))
-    const conflict = (tenant: TenantId, keyId: KeyId, detail: KeyConflict["detail"]) =>
-      new KeyConflict({ reason: "key-conflict", tenant, keyId, detail })
+    const managed = makeKeyManagement(repo, window)
+    const now = managed.now
+    // Direct calls (scripts, tests, other packages) are audited too, as `system:signer`.
+    const attributed = (by: KeyActor | undefined) => (by === undefined ? systemActor("signer") : Effect.succeed(by))
 
     /** Enrols a tenant's first (or next, once none is active) key. Same key again: the stored row. */
-    const registerKey = Effect.fn("Signer.registerKey")(function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey) {
-      return yield* repo.transaction("registerKey", Effect.gen(function*() {
-        yield* repo.lockTenant(tenant)
-        const existing = yield* repo.find(tenant, keyId)
-        if (Option.isSome(existing)) {
-          if (sameBytes(existing.value.publicKey, publicKey)) return existing.value
-          return yield* conflict(tenant, keyId, "public-key-differs")
-        }
-        // One active key per tenant (a partial unique index holds it too): replacing it is `rotate`.
-        if (Option.isSome(yield* repo.findActive(tenant))) return yield* conflict(tenant, keyId, "tenant-has-active-key")
-        return yield* repo.insertActive({ tenant, keyId, publicKey, now: yield* now })
-      }))
-    })
+    const registerKey = (tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey, by?: KeyActor) =>
+      Effect.flatMap(attributed(by), (actor) => Effect.map(managed.register(tenant, keyId, publicKey, actor), (c) => c.key))
 
-    /**
-     * Adds `keyId` as the active key and retires the previous one, which keeps verifying for the
-     * replay window (spec 000: old public keys remain verifiable for the retention/replay window).
-     */
-    const rotate = Effect.fn("Signer.rotate")(function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey) {
-      return yield* repo.transaction("rotate", Effect.gen(function*() {
-        yield* repo.lockTenant(tenant)
-        const existing = yield* repo.find(tenant, keyId)
-        if (Option.isSome(existing)) {
-          if (!sameBytes(existing.value.publicKey, publicKey)) return yield* conflict(tenant, keyId, "public-key-differs")
-          // A rotation that already happened is acknowledged again; a retired key is never reactivated.
-          if (existing.value.state === "active") return { key: existing.value, retired: [] as ReadonlyArray<SigningKey> }
-          return yield* conflict(tenant, keyId, "key-not-active")
-        }
-        const at = yield* now
-        const retired = yield* repo.retireActive({ tenant, now: at, verifyUntil: windowEnd(at) })
-        const key = yield* repo.insertActive({ tenant, keyId, publicKey, now: at })
-        return { key, retired: retired as ReadonlyArray<SigningKey> }
-      }))
-    })
+    /** Adds `keyId` as the active key and retires the previous one (it verifies for the replay window). */
+    const rotate = (tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey, by?: KeyActor) =>
+      Effect.flatMap(attributed(by), (actor) =>
+        Effect.map(managed.rotate(tenant, keyId, publicKey, actor), (c) => ({ key: c.key, retired: c.retired })))
 
     /** Stops verification at once; the row stays (refusing its envelopes) until `purgeRevoked`. */
-    const revoke = Effect.fn("Signer.revoke")(function*(tenant: TenantId, keyId: KeyId) {
-      return yield* repo.transaction("revoke", Effect.gen(function*() {
-        yield* repo.lockTenant(tenant)
-        const existing = yield* repo.find(tenant, keyId)
-        if (Option.isNone(existing)) return yield* new KeyRefused({ reason: "key-unknown", tenant, keyId })
-        if (existing.value.state === "revoked") return existing.value
-        const at = yield* now
-        const revoked = yield* repo.revoke({ tenant, keyId, now: at, verifyUntil: windowEnd(at) })
-        return Option.getOrElse(revoked, () => existing.value)
-      }))
-    })
+    const revoke = (tenant: TenantId, keyId: KeyId, by?: KeyActor) =>
+      Effect.flatMap(attributed(by), (actor) => Effect.map(managed.revoke(tenant, keyId, actor), (c) => c.key))
 
     /**
      * Deletes revoked keys whose replay window has passed: no envelope they signed can still be
      * replayed, so their identity may go (spec 000: revoked keys are removed only after that).
+     * Each batch and its `purge` audit rows are one statement.
      */
-    const purgeRevoked = Effect.fn("Signer.purgeRevoked")(function*() {
+    const purgeRevoked = Effect.fn("Signer.purgeRevoked")(function*(by?: KeyActor) {
       const at = yield* now
+      const actor = by ?? (yield* systemActor("signer-purge"))
       const purged: Array<{ readonly tenant: TenantId; readonly keyId: KeyId }> = []
       while (true) {
-        const batch = yield* repo.purgeRevoked({ now: at, limit: PURGE_BATCH })
+        const batch = yield* repo.purgeRevoked({ now: at, limit: PURGE_BATCH, ...actor })
         purged.push(...batch)
         if (batch.length < PURGE_BATCH) return purged
       }
@@ -176,6 +145,19 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
       return { ...unsigned, signature: encodeBase64Url(signature) } satisfies Envelope
     })
 
-    return { registerKey, rotate, revoke, purgeRevoked, keys, resolveVerificationKey, verify, sign } as const
+    return {
+      registerKey,
+      rotate,
+      revoke,
+      /** Operator-facing forms: same transactions, attributed to `by`, saying whether anything changed. */
+      registerKeyAs: managed.register,
+      rotateAs: managed.rotate,
+      revokeAs: managed.revoke,
+      purgeRevoked,
+      keys,
+      resolveVerificationKey,
+      verify,
+      sign
+    } as const
   })
 }) {}

@@ -1,5 +1,69 @@
+import { Config, ConfigError, Duration, Either, Option, Redacted } from "effect"
+import type { KeySourceInvalid } from "./Domain.ts"
 import { SIGNER_KEYS, SIGNER_KEYS_FILE } from "./KeySource.ts"
-import { SIGNER_REPLAY_WINDOW } from "./Signer.ts"
+import { parseKeyList } from "./KeyList.ts"
+import { replayWindowConfig, SIGNER_REPLAY_WINDOW } from "./Signer.ts"
+
+export const SIGNER_PURGE_INTERVAL = "SIGNER_PURGE_INTERVAL"
+
+/** How often the purge sweep looks for revoked keys whose replay window has passed. */
+export const purgeIntervalConfig = Config.duration().pipe(
+  Config.validate({
+    message: "Expected a positive, finite duration such as \"1 hour\"",
+    validation: (d) => Duration.isFinite(d) && Duration.greaterThan(d, Duration.zero)
+  }),
+  Config.nested(SIGNER_PURGE_INTERVAL),
+  Config.withDefault(Duration.hours(1))
+)
+
+// Messages name the stable reason and the entry's position only, and end in "(value not shown)":
+// the text is the secret (the backend prints such messages and restates any other secret's).
+const keyListMessage = (error: KeySourceInvalid) =>
+  `Expected the key list documented for ${SIGNER_KEYS}: ${error.reason}${
+    error.entry === undefined ? "" : ` at entry ${error.entry}`
+  } (value not shown)`
+
+const keyList = Config.redacted().pipe(
+  Config.mapOrFail((text) =>
+    Either.match(parseKeyList(Redacted.value(text), "environment"), {
+      onLeft: (error) => Either.left(ConfigError.InvalidData([], keyListMessage(error))),
+      onRight: (entries) => Either.right(entries.length)
+    })
+  ),
+  Config.nested(SIGNER_KEYS),
+  Config.option
+)
+
+/** Where the signing keys come from, as far as it can be told without reading a file. */
+export type KeySourceSummary =
+  | { readonly source: "none" }
+  | { readonly source: "environment"; readonly keys: number }
+  | { readonly source: "file" }
+
+const keySource = Config.all({
+  file: Config.option(Config.nonEmptyString(SIGNER_KEYS_FILE)),
+  keys: keyList
+}).pipe(
+  Config.mapOrFail(({ file, keys }): Either.Either<KeySourceSummary, ConfigError.ConfigError> => {
+    if (Option.isSome(file) && Option.isSome(keys)) {
+      return Either.left(ConfigError.InvalidData([SIGNER_KEYS_FILE], `refused together with ${SIGNER_KEYS}: set only one`))
+    }
+    if (Option.isSome(file)) return Either.right({ source: "file" })
+    return Either.right(Option.isSome(keys) ? { source: "environment", keys: keys.value } : { source: "none" })
+  })
+)
+
+/**
+ * Every signer variable, checked the way the signer's layers will read them, so a process can
+ * refuse a bad configuration before it starts anything. A key file's contents and permissions are
+ * I/O: `KeySource.layerFromConfig` checks them when it is built, still before anything listens.
+ */
+export const SignerConfig = Config.all({
+  replayWindow: replayWindowConfig,
+  purgeInterval: purgeIntervalConfig,
+  keySource
+})
+export type SignerConfig = Config.Config.Success<typeof SignerConfig>
 
 /** Every variable the signer reads, in the shape of the backend's configuration table. */
 export const SIGNER_CONFIG: ReadonlyArray<{
@@ -24,6 +88,12 @@ export const SIGNER_CONFIG: ReadonlyArray<{
     name: SIGNER_KEYS_FILE,
     default: "(unset)",
     meaning: "development only: path of a JSON key file (SIGNER_KEYS's JSON form) outside the repository, mode 0600/0400; refused together with SIGNER_KEYS",
+    secret: false
+  },
+  {
+    name: SIGNER_PURGE_INTERVAL,
+    default: "1 hour",
+    meaning: "how often the signer-purge-revoked worker deletes revoked keys whose replay window has passed (backend role only)",
     secret: false
   }
 ]

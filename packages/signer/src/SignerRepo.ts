@@ -1,6 +1,15 @@
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Effect, Option, type ParseResult, Predicate, Schema } from "effect"
-import { KeyId, KeyState, RawPublicKey, SignerStorageUnavailable, SigningKey, TenantId } from "./Domain.ts"
+import {
+  KeyAuditAction,
+  KeyChangeOutcome,
+  KeyId,
+  KeyState,
+  RawPublicKey,
+  SignerStorageUnavailable,
+  SigningKey,
+  TenantId
+} from "./Domain.ts"
 
 // SQL only; private to the package. Statements use `.withoutTransform` so these row shapes hold
 // whatever name transforms the backend's pool is configured with. Times are parameters taken
@@ -31,6 +40,7 @@ const toKey = (row: KeyRow) =>
   })
 
 const KeyRef = Schema.Struct({ tenant: Schema.String, keyId: Schema.String })
+const Attribution = Schema.Struct({ actor: Schema.String, correlationId: Schema.String })
 
 /**
  * A database failure is an expected outcome (retry later), so it becomes a typed error; a row
@@ -108,17 +118,39 @@ export class SignerRepo extends Effect.Service<SignerRepo>()("@delivery/signer/S
         sql`SELECT * FROM signer_keys WHERE tenant = ${tenant} ORDER BY created_at, key_id`.withoutTransform
     })
 
+    // One statement deletes the batch and writes its audit rows: a purge is never committed unaudited.
+    // (A data-modifying CTE runs exactly once whether or not the outer query reads it.)
     const purgeRevoked = SqlSchema.findAll({
-      Request: Schema.Struct({ now: Schema.DateFromSelf, limit: Schema.Number }),
+      Request: Schema.Struct({ now: Schema.DateFromSelf, limit: Schema.Number, ...Attribution.fields }),
       Result: Schema.Struct({ tenant: Schema.String, key_id: Schema.String }),
       execute: (r) => sql`
-        DELETE FROM signer_keys
-        WHERE (tenant, key_id) IN (
-          SELECT tenant, key_id FROM signer_keys
-          WHERE state = 'revoked' AND verify_until <= ${r.now}
-          ORDER BY verify_until LIMIT ${r.limit}
-          FOR UPDATE SKIP LOCKED)
-        RETURNING tenant, key_id`.withoutTransform
+        WITH purged AS (
+          DELETE FROM signer_keys
+          WHERE (tenant, key_id) IN (
+            SELECT tenant, key_id FROM signer_keys
+            WHERE state = 'revoked' AND verify_until <= ${r.now}
+            ORDER BY verify_until LIMIT ${r.limit}
+            FOR UPDATE SKIP LOCKED)
+          RETURNING tenant, key_id
+        ), audited AS (
+          INSERT INTO signer_key_audit (tenant, key_id, action, outcome, actor, at, correlation_id)
+          SELECT tenant, key_id, 'purge', 'applied', ${r.actor}, ${r.now}, ${r.correlationId} FROM purged
+        )
+        SELECT tenant, key_id FROM purged`.withoutTransform
+    })
+
+    const insertAudit = SqlSchema.void({
+      Request: Schema.Struct({
+        ...KeyRef.fields,
+        action: KeyAuditAction,
+        outcome: KeyChangeOutcome,
+        at: Schema.DateFromSelf,
+        ...Attribution.fields
+      }),
+      execute: (r) => sql`
+        INSERT INTO signer_key_audit (tenant, key_id, action, outcome, actor, at, correlation_id)
+        VALUES (${r.tenant}, ${r.keyId}, ${r.action}, ${r.outcome}, ${r.actor}, ${r.at}, ${r.correlationId})`
+        .withoutTransform
     })
 
     return {
@@ -138,11 +170,21 @@ export class SignerRepo extends Effect.Service<SignerRepo>()("@delivery/signer/S
         storage("retireActive")(Effect.map(retireActive(r), (rows) => rows.map(toKey))),
       revoke: (r: { tenant: string; keyId: string; now: Date; verifyUntil: Date }) =>
         storage("revoke")(Effect.map(revoke(r), Option.map(toKey))),
-      purgeRevoked: (r: { now: Date; limit: number }) =>
+      purgeRevoked: (r: { now: Date; limit: number; actor: string; correlationId: string }) =>
         storage("purgeRevoked")(
           Effect.map(purgeRevoked(r), (rows) =>
             rows.map((row) => ({ tenant: TenantId.make(row.tenant), keyId: KeyId.make(row.key_id) })))
         ),
+      /** Inside the key change's transaction, so the change and its audit row commit together. */
+      audit: (r: {
+        tenant: string
+        keyId: string
+        action: KeyAuditAction
+        outcome: KeyChangeOutcome
+        at: Date
+        actor: string
+        correlationId: string
+      }) => storage("audit")(insertAudit(r)),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
         storage(operation)(sql.withTransaction(effect))

@@ -37,4 +37,29 @@ export { parseKeyList } from "./KeyList.ts"
 export * as KeySource from "./KeySource.ts"
 export { SigningKeySource, type SigningKeySourceShape } from "./KeySource.ts"
 export { PURGE_BATCH, replayWindowConfig, type SignRequest, Signer, SIGNER_REPLAY_WINDOW, type VerifiedEnvelope } from "./Signer.ts"
-export { SIGNER_CONFIG } from "./SignerConfig.ts"
+export {
+  type KeySourceSummary,
+  purgeIntervalConfig,
+  SIGNER_CONFIG,
+  SIGNER_PURGE_INTERVAL,
+  SignerConfig
+} from "./SignerConfig.ts"
+export {
+  KeyRegistered,
+  KeyRevoked,
+  KeyRotated,
+  KeyUnchanged,
+  SignerApi,
+  SigningKeyList,
+  SigningKeyRequest,
+  SigningKeyView
+} from "./Api.ts"
+export { SignerHttpLive } from "./Http.ts"
+export { newCorrelationId, systemActor } from "./KeyManagement.ts"
+export {
+  PURGE_WORKER,
+  purgeRevokedLoop,
+  purgeRevokedTick,
+  signerPurgeWorker,
+  SignerPurgeWorkerLive
+} from "./SignerPurgeWorker.ts"

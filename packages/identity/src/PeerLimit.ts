@@ -1,0 +1,115 @@
+import { RateLimiter } from "@effect/experimental"
+import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Config, Context, Duration, Effect, Layer } from "effect"
+import { IdentityRateLimited, IdentityStorageUnavailable } from "./Domain.ts"
+import { peerOf } from "./Peer.ts"
+
+export const IDENTITY_PEER_LIMIT = "IDENTITY_PEER_LIMIT"
+export const IDENTITY_PEER_WINDOW = "IDENTITY_PEER_WINDOW"
+export const TRUSTED_PROXY_HOPS = "TRUSTED_PROXY_HOPS"
+
+// `nested` after `validate`, so a refused value is still reported under its variable's name
+// (a validation on `Config.integer(name)` loses the path, and the backend's one start-up
+// message could not say which variable was wrong).
+const integerAtLeast = (name: string, min: number, max: number, fallback: number) =>
+  Config.integer().pipe(
+    Config.validate({ message: `Expected an integer between ${min} and ${max}`, validation: (n) => n >= min && n <= max }),
+    Config.nested(name),
+    Config.withDefault(fallback)
+  )
+
+/**
+ * - `IDENTITY_PEER_LIMIT` (default 60): authentication attempts one peer may make per window,
+ *   successful ones included; every attempt costs a lookup and a hash.
+ * - `IDENTITY_PEER_WINDOW` (default "1 minute"): the fixed window of that limit.
+ * - `TRUSTED_PROXY_HOPS` (default 0): how many reverse proxies we sit behind. 0 means the peer is
+ *   the socket address and `X-Forwarded-For` is ignored; n > 0 means the n-th entry from the right
+ *   of `X-Forwarded-For`. Setting it higher than the real number of proxies lets clients choose
+ *   their own peer key.
+ */
+export const PeerLimitConfig = Config.all({
+  limit: integerAtLeast(IDENTITY_PEER_LIMIT, 1, 1_000_000, 60),
+  window: Config.duration().pipe(
+    Config.validate({
+      message: "Expected a positive, finite duration such as \"1 minute\"",
+      validation: (d) => Duration.isFinite(d) && Duration.toMillis(d) > 0
+    }),
+    Config.nested(IDENTITY_PEER_WINDOW),
+    Config.withDefault(Duration.minutes(1))
+  ),
+  trustedProxyHops: integerAtLeast(TRUSTED_PROXY_HOPS, 0, 16, 0)
+})
+
+/** Seconds, rounded up and at least 1: a client told "0" would retry at once and be refused again. */
+export const retryAfterSeconds = (millis: number): number => Math.max(1, Math.ceil(millis / 1000))
+
+// HttpApi encodes declared errors as JSON with their status only; headers that
+// belong to the refusal are added to the final response of this request.
+export const withHeader = (name: string, value: string) =>
+  HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(HttpServerResponse.setHeader(response, name, value)))
+
+/**
+ * The peer-keyed identity limit (spec 000: "Authentication adapters must apply the separate
+ * peer-keyed identity limit before expensive credential verification"). Every bearer middleware of
+ * this package admits the peer here first, against one counter per peer: a client cannot get a
+ * second budget for guessing by switching from API keys to the operator token.
+ */
+export class PeerLimit extends Context.Tag("@delivery/identity/PeerLimit")<PeerLimit, {
+  /** Cheap: a header read and one counter in the limiter's store; no hashing, no database. */
+  readonly admit: (
+    request: HttpServerRequest.HttpServerRequest
+  ) => Effect.Effect<void, IdentityRateLimited | IdentityStorageUnavailable>
+}>() {}
+
+const make = Effect.gen(function* () {
+  const limiter = yield* RateLimiter.RateLimiter
+  const config = yield* PeerLimitConfig
+  const admit = (request: HttpServerRequest.HttpServerRequest) =>
+    limiter.consume({
+      key: `identity-peer:${peerOf(request, config.trustedProxyHops)}`,
+      limit: config.limit,
+      window: config.window,
+      algorithm: "fixed-window",
+      onExceeded: "fail"
+    }).pipe(
+      Effect.asVoid,
+      Effect.catchAll((error): Effect.Effect<never, IdentityRateLimited | IdentityStorageUnavailable> => {
+        if (error.reason === "Exceeded") {
+          const retryAfter = Duration.toMillis(error.retryAfter)
+          return withHeader("retry-after", String(retryAfterSeconds(retryAfter))).pipe(
+            Effect.zipRight(Effect.fail(new IdentityRateLimited({ retryAfter })))
+          )
+        }
+        // The limiter's store is down: refuse (fail closed) rather than verify without a limit.
+        return Effect.fail(new IdentityStorageUnavailable({ operation: "Authentication.peerLimit" }))
+      })
+    )
+  return PeerLimit.of({ admit })
+})
+
+/** The limit with its store left open: provide a shared `RateLimiterStore` (e.g. Redis) for many processes. */
+export const peerLimitLayer = Layer.effect(PeerLimit, make).pipe(Layer.provide(RateLimiter.layer))
+
+/**
+ * The limit over an in-process store: each backend process counts its own peers. One value, so every
+ * middleware layer that provides it shares one instance (layers are memoized by reference in a build).
+ */
+export const PeerLimitLive = peerLimitLayer.pipe(Layer.provide(RateLimiter.layerStoreMemory))
+
+/** What the backend lists in its configuration table. */
+export const IDENTITY_CONFIG = [
+  {
+    name: IDENTITY_PEER_LIMIT,
+    default: "60",
+    meaning: "authentication attempts (tenant and operator bearers together) one peer may make per window, successful ones included",
+    secret: false
+  },
+  { name: IDENTITY_PEER_WINDOW, default: "1 minute", meaning: "the fixed window of IDENTITY_PEER_LIMIT", secret: false },
+  {
+    name: TRUSTED_PROXY_HOPS,
+    default: "0",
+    meaning: "0: the peer is the socket address and X-Forwarded-For is ignored; n (at most 16): the n-th X-Forwarded-For entry from the right (never above the real number of proxies)",
+    secret: false
+  }
+] as const

@@ -1,0 +1,130 @@
+import { expect, it, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
+import { TestDatabaseLive } from "@delivery/testing/vitest"
+import { Duration, Effect, Fiber, Layer, Logger, TestClock, TestContext } from "effect"
+import {
+  AuditActor,
+  CorrelationId,
+  KeySource,
+  purgeRevokedLoop,
+  Signer,
+  SignerStorageUnavailable,
+  type TenantId
+} from "../src/index.ts"
+import { keyId, keyPair, tenant } from "./fixtures.ts"
+
+const TestLayer = Signer.Default.pipe(Layer.provide(KeySource.layerNone), Layer.provideMerge(TestDatabaseLive))
+const k = { a1: keyPair(1), a2: keyPair(2) }
+const operator = (correlationId: string) => ({
+  actor: AuditActor.make("operator:environment"),
+  // Deliberately unchecked: a correlation id the table's CHECK refuses makes the audit insert fail.
+  correlationId: correlationId as CorrelationId
+})
+
+const auditOf = (t: TenantId) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<{ key_id: string; action: string; outcome: string; actor: string; correlation_id: string }>`
+      SELECT key_id, action, outcome, actor, correlation_id FROM signer_key_audit WHERE tenant = ${t} ORDER BY id`
+      .withoutTransform)
+
+/** Real database work finishes on the real clock: poll it. */
+const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 500; i++) {
+      const value = yield* effect
+      if (done(value)) return value
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 10)))
+    }
+    return yield* Effect.dieMessage("condition never held")
+  })
+
+layer(TestLayer, { excludeTestServices: true })("signer_key_audit: every key change has its audit row, in its own transaction", (it) => {
+  it.effect("a key change commits with its audit row or not at all: when the audit insert fails, the change rolls back", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const t = tenant("atomic")
+      const failed = yield* Effect.flip(signer.registerKeyAs(t, keyId("k1"), k.a1.publicKey, operator("not a valid id!")))
+      expect(failed).toBeInstanceOf(SignerStorageUnavailable)
+      expect(yield* signer.keys(t)).toEqual([])
+
+      yield* signer.registerKeyAs(t, keyId("k1"), k.a1.publicKey, operator("ok-1"))
+      const rotation = yield* Effect.flip(signer.rotateAs(t, keyId("k2"), k.a2.publicKey, operator("not a valid id!")))
+      expect(rotation._tag).toBe("SignerStorageUnavailable")
+      // The retirement of k1 was in the same transaction: it rolled back with the failed audit row.
+      expect((yield* signer.keys(t)).map((key) => [key.keyId, key.state])).toEqual([["k1", "active"]])
+      expect((yield* auditOf(t)).map((row) => [row.key_id, row.action, row.correlation_id])).toEqual([["k1", "register", "ok-1"]])
+    }))
+
+  it.effect("direct calls (no operator) are audited too, as system:signer with a fresh correlation id each", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const t = tenant("direct")
+      yield* signer.registerKey(t, keyId("k1"), k.a1.publicKey)
+      yield* signer.rotate(t, keyId("k2"), k.a2.publicKey)
+      const rows = yield* auditOf(t)
+      expect(rows.map((row) => [row.key_id, row.action, row.actor])).toEqual([
+        ["k1", "register", "system:signer"],
+        ["k1", "retire", "system:signer"],
+        ["k2", "rotate", "system:signer"]
+      ])
+      expect(rows[0]!.correlation_id).not.toBe(rows[1]!.correlation_id)
+      expect(rows[1]!.correlation_id).toBe(rows[2]!.correlation_id)
+    }))
+
+  it.effect("signer-purge-revoked: the sweep removes a revoked key only after its replay window, with a purge audit row", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const t = tenant("sweep")
+      yield* TestClock.setTime(Date.parse("2025-06-01T00:00:00Z"))
+      yield* signer.registerKey(t, keyId("k1"), k.a1.publicKey)
+      yield* signer.revoke(t, keyId("k1"), operator("revoke-1"))
+      const loop = yield* Effect.fork(purgeRevokedLoop(Duration.days(1)))
+      // Ticks inside the window leave the revoked key where it is (it keeps refusing its envelopes).
+      yield* TestClock.adjust(Duration.days(89))
+      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 100)))
+      expect((yield* signer.keys(t)).map((key) => key.state)).toEqual(["revoked"])
+      // Day by day (each tick's database work runs on the real clock), until a tick has removed it.
+      yield* eventually(
+        Effect.zipRight(TestClock.adjust(Duration.days(1)), signer.keys(t)),
+        (keys) => keys.length === 0
+      )
+      expect(yield* TestClock.currentTimeMillis).toBeGreaterThanOrEqual(Date.parse("2025-06-01T00:00:00Z") + Duration.toMillis(Duration.days(90)))
+      const rows = yield* auditOf(t)
+      expect(rows.map((row) => [row.action, row.actor])).toEqual([
+        ["register", "system:signer"],
+        ["revoke", "operator:environment"],
+        ["purge", "system:signer-purge"]
+      ])
+      yield* Fiber.interrupt(loop)
+    }).pipe(Effect.provide(TestContext.TestContext)))
+})
+
+it.effect("signer-purge-revoked: a failed tick is logged, then the loop waits its interval and tries again", () =>
+  Effect.gen(function* () {
+    let calls = 0
+    const logged: Array<string> = []
+    // A Signer whose table is away on the first sweep; only purgeRevoked is ever called.
+    const Flaky = Layer.succeed(
+      Signer,
+      Signer.make({
+        purgeRevoked: () =>
+          Effect.suspend(() =>
+            ++calls === 1 ? Effect.fail(new SignerStorageUnavailable({ operation: "purgeRevoked" })) : Effect.succeed([])
+          )
+      } as unknown as Parameters<typeof Signer.make>[0])
+    )
+    const loop = yield* Effect.fork(
+      purgeRevokedLoop(Duration.minutes(10)).pipe(
+        Effect.provide(Flaky),
+        Effect.provide(Logger.replace(Logger.defaultLogger, Logger.make(({ message }) => void logged.push(String(message)))))
+      )
+    )
+    yield* TestClock.adjust(Duration.minutes(1))
+    expect(calls).toBe(1)
+    expect(logged.some((line) => line.includes("signing-key purge failed"))).toBe(true)
+    yield* TestClock.adjust(Duration.minutes(9))
+    expect(calls).toBe(2)
+    yield* TestClock.adjust(Duration.minutes(10))
+    expect(calls).toBe(3)
+    yield* Fiber.interrupt(loop)
+  }))
