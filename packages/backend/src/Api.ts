@@ -1,5 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { EnvelopeInboxApi } from "@delivery/envelope-inbox"
 import { IdentityApi } from "@delivery/identity"
+import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
 
 /**
@@ -9,5 +11,7 @@ import { HealthApi } from "./HealthApi.ts"
 export class Api extends HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdentityApi)
+  .add(EnvelopeInboxApi)
+  .add(SignerApi)
   .annotate(OpenApi.Title, "Delivery backend")
 {}

@@ -1,3 +1,6 @@
+import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig } from "@delivery/identity"
+import { SIGNER_CONFIG, SignerConfig } from "@delivery/signer"
+import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { Config, ConfigError, Context, Data, Effect, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 
 /** `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002). */
@@ -25,7 +28,12 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (Bun.serve maxRequestBodySize); larger bodies get 413", secret: false },
   { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready", secret: false },
   { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory); used only when DATABASE_URL is unset", secret: false },
-  { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false }
+  { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false },
+  // The packages' own variables, validated up front with the backend's (see `appConfig`).
+  ...IDENTITY_CONFIG,
+  ...OPERATOR_CONFIG,
+  ...SIGNER_CONFIG,
+  ...INBOX_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -51,6 +59,9 @@ const isPostgresUrl = (text: string) => {
 const databaseUrlMessage =
   "Expected a postgres:// or postgresql:// URL with a host (value not shown; unset it to use the embedded development database)"
 const safeSecretMessages = new Set([databaseUrlMessage])
+// The packages' validations of secrets (OPERATOR_TOKEN, SIGNER_KEYS) never include the value and say so in their
+// message; only those messages are printed as they are.
+const isSafeSecretMessage = (message: string) => safeSecretMessages.has(message) || message.endsWith("(value not shown)")
 
 const databaseUrl = Config.redacted().pipe(
   Config.validate({
@@ -72,7 +83,13 @@ export const appConfig = Config.all({
   maxRequestBodyBytes: atLeast(1)("MAX_REQUEST_BODY_BYTES", 1024 * 1024),
   readyCheckTimeoutMs: atLeast(1)("READY_CHECK_TIMEOUT_MS", 2_000),
   embeddedDataDir: Config.nonEmptyString("EMBEDDED_DATA_DIR").pipe(Config.withDefault(defaultEmbeddedDataDir)),
-  logLevel: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info))
+  logLevel: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)),
+  // Read again by the packages' layers from the same environment; checked here so that every bad variable is in
+  // the one start-up message. Only whether OPERATOR_TOKEN is set is kept, not the token.
+  identity: PeerLimitConfig,
+  operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
+  signer: SignerConfig,
+  inbox: InboxConfig
 })
 
 export type AppConfigShape = Config.Config.Success<typeof appConfig>
@@ -111,7 +128,7 @@ export const formatConfigError = (error: ConfigError.ConfigError): Configuration
   const byVariable = new Map<string, Array<string>>()
   for (const problem of problemsOf(error)) {
     // A secret's problem is restated generically in case a validation ever echoes the value.
-    const message = secretNames.has(problem.variable) && !safeSecretMessages.has(problem.message)
+    const message = secretNames.has(problem.variable) && !isSafeSecretMessage(problem.message)
       ? "invalid (value not shown: secret)"
       : problem.message
     const messages = byVariable.get(problem.variable) ?? []
@@ -144,5 +161,7 @@ export const describeConfig = (config: AppConfigShape) => ({
   shutdownDrainMs: config.shutdownDrainMs,
   maxRequestBodyBytes: config.maxRequestBodyBytes,
   readyCheckTimeoutMs: config.readyCheckTimeoutMs,
-  logLevel: config.logLevel.label
+  logLevel: config.logLevel.label,
+  operatorRoutes: config.operatorRoutes,
+  signerKeys: config.signer.keySource.source
 })

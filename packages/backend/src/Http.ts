@@ -1,5 +1,7 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
-import { AuthenticationLive, IdentityHttpLive } from "@delivery/identity"
+import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive } from "@delivery/identity"
+import { SignerHttpLive } from "@delivery/signer"
+import { EnvelopeInboxHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
@@ -11,7 +13,11 @@ import { HealthHttpLive } from "./HealthHttp.ts"
 export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(HealthHttpLive),
   Layer.provide(IdentityHttpLive),
-  Layer.provide(AuthenticationLive)
+  Layer.provide(EnvelopeInboxHttpLive),
+  Layer.provide(SignerHttpLive),
+  // Both bearer middlewares share one PeerLimitLive, so tenant and operator attempts count against one budget per peer.
+  Layer.provide(AuthenticationLive),
+  Layer.provide(OperatorAuthenticationLive)
 )
 
 /** `/openapi.json` and a Scalar page at `/docs`; the Scalar script is inlined, so the page needs no CDN. */

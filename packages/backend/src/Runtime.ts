@@ -1,5 +1,7 @@
 import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
+import { EnvelopeInboxLive, inboxRetentionWorker } from "@delivery/envelope-inbox"
 import { Identity } from "@delivery/identity"
+import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
@@ -20,12 +22,24 @@ export type WorkerContext =
   | WorkerRegistry
   | FileSystem.FileSystem
   | Path.Path
+  | Signer
 
-/** The delivery workers of the `backend` role. Empty until the domain packages provide theirs. */
-export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = []
+/** The delivery workers of the `backend` role. Each reads its settings from the AppConfig validated at start-up. */
+export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = [
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => signerPurgeWorker(config.signer.purgeInterval))),
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => inboxRetentionWorker(config.inbox.retentionInterval)))
+]
 
 /** Shared services, built after the start-up checks and before any worker. */
-const ServicesLive = Layer.mergeAll(Readiness.Default, Identity.Default).pipe(Layer.provideMerge(WorkerRegistry.Default))
+const ServicesLive = Layer.mergeAll(
+  Readiness.Default,
+  Identity.Default,
+  // SIGNER_KEYS or SIGNER_KEYS_FILE; none set: verify only (no private keys in this process).
+  Signer.Default.pipe(Layer.provide(KeySource.layerFromConfig))
+).pipe(Layer.provideMerge(WorkerRegistry.Default))
+
+/** The envelope inbox verifies with the shared Signer, so it is built on top of the shared services. */
+const InboxServicesLive = EnvelopeInboxLive.pipe(Layer.provideMerge(ServicesLive))
 
 /** The listener opens only after the workers are running; as the last resource it is also released first. */
 const HttpLive = Layer.scopedDiscard(
@@ -57,7 +71,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
     Effect.map(loadConfig, (config) =>
       HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
-        Layer.provide(ServicesLive),
+        Layer.provide(InboxServicesLive),
         Layer.provide(StartupChecksLive),
         Layer.provide(DatabaseLive),
         Layer.provide(Layer.effectDiscard(

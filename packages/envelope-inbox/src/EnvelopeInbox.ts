@@ -1,0 +1,222 @@
+import type { VerifiedIdentity } from "@delivery/identity"
+import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
+import { RateLimiter } from "@effect/experimental"
+import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
+import { type KeyObject, verify } from "node:crypto"
+import {
+  type Acknowledgement,
+  type CorrelationId,
+  EnvelopeAccepted,
+  EnvelopeConflict,
+  EnvelopeDuplicate,
+  EnvelopeForbidden,
+  EnvelopeUnprocessable,
+  InboxStorageUnavailable,
+  type IngestRefusal,
+  StreamState,
+  SyncRateLimited
+} from "./Domain.ts"
+import * as Stages from "./EnvelopeStages.ts"
+import { PayloadRetentionConfig } from "./InboxConfig.ts"
+import { type AuditRow, InboxRepo, type StorageFailure, type StreamKey } from "./InboxRepo.ts"
+import { decide } from "./StreamRules.ts"
+import { SyncLimiter } from "./SyncLimiter.ts"
+
+export interface ReceiveInput {
+  /** What the Authentication middleware verified (spec 000 step 1). */
+  readonly identity: VerifiedIdentity
+  readonly correlationId: CorrelationId
+  /** The body, already read under the route's byte limit. */
+  readonly body: Uint8Array
+}
+
+type AuditContext = Omit<AuditRow, "outcome" | "reason" | "recordedAt" | "correlationId"> & {
+  readonly correlationId: CorrelationId
+}
+
+// Public keys are decoded into KeyObjects once; the cache is keyed by the key bytes, so a rotated or
+// revoked key never hits a stale entry (the lookup that decides usability happens on every request).
+const keyObjects = new Map<string, KeyObject>()
+const keyObjectOf = (key: SigningKey): KeyObject => {
+  const id = Buffer.from(key.publicKey).toString("base64url")
+  let object = keyObjects.get(id)
+  if (object === undefined) {
+    if (keyObjects.size >= 1024) keyObjects.clear()
+    object = publicKeyFromRaw(key.publicKey)
+    keyObjects.set(id, object)
+  }
+  return object
+}
+
+export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/envelope-inbox/EnvelopeInbox", {
+  effect: Effect.gen(function* () {
+    const repo = yield* InboxRepo
+    const limiter = yield* SyncLimiter
+    const signer = yield* Signer
+    const retention = yield* PayloadRetentionConfig
+    const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
+
+    const unavailable = (correlationId: CorrelationId) => (failure: StorageFailure): Effect.Effect<never, InboxStorageUnavailable> =>
+      Effect.logWarning("inbox storage unavailable: nothing committed, no acknowledgement").pipe(
+        Effect.annotateLogs({ operation: failure.operation, sqlstate: failure.sqlstate }),
+        Effect.zipRight(Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId })))
+      )
+
+    /** An authenticated refusal is answered only once its redacted audit row is committed. */
+    const refuse = <E extends IngestRefusal>(context: AuditContext, error: E) =>
+      Effect.flatMap(now, (recordedAt) => repo.insertAudit({ ...context, recordedAt, outcome: "refused", reason: error.reason })).pipe(
+        Effect.catchTag("StorageFailure", unavailable(context.correlationId)),
+        Effect.zipRight(Effect.logDebug("envelope refused").pipe(Effect.annotateLogs({ reason: error.reason }))),
+        Effect.zipRight(Effect.fail(error))
+      )
+
+    /**
+     * Spec 000's inbound order. Step 1 (authentication, with the peer limit before it) already happened
+     * in the Authentication middleware; the body limit before that, in the route's intake. Every step
+     * below refuses with a stable reason, and every refusal after authentication is audited.
+     */
+    const receive = Effect.fn("EnvelopeInbox.receive")(function* ({ body, correlationId, identity }: ReceiveInput) {
+      // The configured sync limiter: after authentication, before any route, key, signature or database work.
+      yield* limiter.admit(identity).pipe(
+        Effect.catchTags({
+          // No audit row: the limiter exists so that this request costs no database work.
+          SyncLimitExceeded: ({ retryAfter }) =>
+            Effect.logDebug("envelope refused: sync-rate-limited").pipe(
+              Effect.zipRight(Effect.fail(new SyncRateLimited({ reason: "sync-rate-limited", correlationId, retryAfter })))
+            ),
+          SyncLimitUnavailable: () =>
+            Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
+        })
+      )
+      let context: AuditContext = {
+        tenant: identity.tenant,
+        account: identity.account,
+        device: identity._tag === "Device" ? identity.device : null,
+        project: null,
+        producer: null,
+        eventIdentity: null,
+        correlationId
+      }
+      const forbidden = (reason: EnvelopeForbidden["reason"]) => refuse(context, new EnvelopeForbidden({ reason, correlationId }))
+      const unprocessable = (reason: EnvelopeUnprocessable["reason"], detail: Partial<Stages.Invalid & { defect: string }> = {}) =>
+        refuse(context, new EnvelopeUnprocessable({ reason, correlationId, ...detail }))
+
+      // Control-plane streams belong to producer devices; board and agent keys do not feed them.
+      if (identity._tag !== "Device") return yield* forbidden("device-credential-required")
+
+      // Step 2: the route names the verified tenant (no key is looked up for a foreign one), then the
+      // bounded identities.
+      const json = Stages.parseJson(body)
+      if (Either.isLeft(json)) return yield* unprocessable("json-malformed")
+      if (Stages.routeNamesTenant(json.right, identity.tenant) === false) return yield* forbidden("route-tenant-mismatch")
+      const head = Stages.decodeHead(json.right)
+      if (Either.isLeft(head)) return yield* unprocessable("envelope-invalid", head.left)
+      const { route } = head.right
+      context = { ...context, project: route.project, producer: route.producer }
+
+      // Step 3: the signed bytes, the key inside the verified tenant, the Ed25519 signature.
+      const signed = Stages.signedBytes(json.right as Record<string, unknown>, head.right)
+      if (Either.isLeft(signed)) {
+        const problem = signed.left
+        return yield* "malformed" in problem
+          ? unprocessable("signature-malformed", { defect: problem.malformed })
+          : unprocessable("envelope-invalid", problem)
+      }
+      context = { ...context, eventIdentity: signed.right.eventIdentity }
+      const key = yield* signer.resolveVerificationKey(identity.tenant, head.right.keyId).pipe(
+        Effect.catchTags({
+          KeyRefused: (refused) => forbidden(refused.reason),
+          SignerStorageUnavailable: () => Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
+        })
+      )
+      if (!verify(null, signed.right.bytes, keyObjectOf(key), signed.right.signature)) return yield* forbidden("signature-invalid")
+
+      // Step 4: schema version 1, then the closed metadata payload.
+      const checked = Stages.requireVersionAndMetadata(json.right as Record<string, unknown>, head.right)
+      if (Either.isLeft(checked)) {
+        return yield* checked.left === "schema-version-unsupported"
+          ? unprocessable("schema-version-unsupported")
+          : unprocessable("metadata-invalid", checked.left)
+      }
+      const envelope = checked.right
+
+      // Steps 5 and 6: under the stream lock, check and commit in one transaction.
+      const at = yield* now
+      const incoming = { ...signed.right, sequence: envelope.sequence, eventId: envelope.eventId, idempotencyKey: envelope.idempotencyKey }
+      const audit = (outcome: AuditRow["outcome"], reason: string): AuditRow => ({ ...context, recordedAt: at, outcome, reason })
+      const committed = yield* repo.transaction(
+        "ingest",
+        Effect.gen(function* () {
+          const stream = yield* repo.lockStream(route, at)
+          const existing = yield* repo.findIdentities({ streamId: stream.streamId, ...incoming })
+          const decision = decide(stream, existing, incoming)
+          if (decision._tag !== "Accept") {
+            const duplicate = decision._tag === "Duplicate"
+            yield* repo.insertAudit(duplicate ? audit("duplicate", "duplicate") : audit("refused", decision.reason))
+            return { decision, cursor: stream.cursor }
+          }
+          const cursor = decision.advance === "none"
+            ? stream.cursor
+            : decision.advance === "to-sequence"
+            ? incoming.sequence
+            : yield* repo.runEnd(stream.streamId, incoming.sequence)
+          yield* repo.accept({
+            ...incoming,
+            streamId: stream.streamId,
+            envelope: Stages.storedEnvelope(signed.right, envelope),
+            acceptedAt: at,
+            expiresAt: new Date(at.getTime() + Duration.toMillis(retention)),
+            cursor,
+            audit: audit("accepted", decision.reordered ? "reordered" : "accepted")
+          })
+          return { decision, cursor }
+        })
+      ).pipe(Effect.catchTag("StorageFailure", unavailable(correlationId)))
+
+      // Step 7: only now, after COMMIT, is there anything to acknowledge.
+      const { cursor, decision } = committed
+      const ack = { correlationId, eventIdentity: incoming.eventIdentity, sequence: incoming.sequence, cursor }
+      switch (decision._tag) {
+        case "Accept":
+          return new EnvelopeAccepted({ outcome: "accepted", reason: "accepted", ...ack }) as Acknowledgement
+        case "Duplicate":
+          return new EnvelopeDuplicate({ outcome: "duplicate", reason: "duplicate", ...ack }) as Acknowledgement
+        case "Refuse":
+          return yield* new EnvelopeConflict({ reason: decision.reason, correlationId })
+      }
+    }, (effect, { correlationId }) => Effect.annotateLogs(effect, { correlationId }))
+
+    const toState = (key: StreamKey, stream: { cursor: number; replayFloor: number; highSequence: number }) =>
+      new StreamState({ ...key, cursor: stream.cursor, replayFloor: stream.replayFloor, highSequence: stream.highSequence })
+
+    /**
+     * Operator action: closes every sequence up to `floor` (they will only ever be acknowledged as
+     * duplicates of retained identities) and moves the cursor over them and the retained run above.
+     * The floor never goes down: a lower value changes nothing. Creates the stream when it is new.
+     */
+    const raiseReplayFloor = Effect.fn("EnvelopeInbox.raiseReplayFloor")(function* (key: StreamKey, floor: number) {
+      if (!Number.isSafeInteger(floor) || floor < 0) return yield* Effect.dieMessage("a replay floor is an integer 0..2^53-1")
+      const at = yield* now
+      return yield* repo.transaction(
+        "raiseReplayFloor",
+        Effect.gen(function* () {
+          const stream = yield* repo.lockStream(key, at)
+          if (floor <= stream.replayFloor) return toState(key, stream)
+          const cursor = yield* repo.runEnd(stream.streamId, Math.max(stream.cursor, floor))
+          yield* repo.raiseFloor({ streamId: stream.streamId, floor, cursor })
+          return toState(key, { cursor, replayFloor: floor, highSequence: stream.highSequence })
+        })
+      )
+    })
+
+    const stream = Effect.fn("EnvelopeInbox.stream")(function* (key: StreamKey) {
+      return Option.map(yield* repo.findStream(key), (found) => toState(key, found))
+    })
+
+    return { receive, raiseReplayFloor, stream } as const
+  }),
+  dependencies: [InboxRepo.Default, SyncLimiter.Default]
+}) {}
+
+/** The service with an in-process sync-limiter store; it still needs `Signer` and `SqlClient`. */
+export const EnvelopeInboxLive = EnvelopeInbox.Default.pipe(Layer.provide(RateLimiter.layerStoreMemory))

@@ -1,0 +1,92 @@
+import { HttpApi, HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { CurrentIdentity, deliveryApiId, retryAfterSeconds } from "@delivery/identity"
+import { Effect, Layer, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import { EnvelopeInboxApi, EnvelopeIntake, IntakeRequest } from "./Api.ts"
+import { CorrelationId, EnvelopeTooLarge, EnvelopeUnreadable } from "./Domain.ts"
+import { EnvelopeInbox } from "./EnvelopeInbox.ts"
+import { MaxEnvelopeBytesConfig } from "./InboxConfig.ts"
+
+// HttpApi encodes declared errors with their status only; headers that belong to an outcome are added
+// to the final response of this request.
+const withHeader = (name: string, value: string) =>
+  HttpApp.appendPreResponseHandler((_request, response) => Effect.succeed(HttpServerResponse.setHeader(response, name, value)))
+
+const DIGITS = /^\d{1,16}$/
+
+/**
+ * Reads at most `max` bytes. A declared Content-Length over the limit is refused before a byte is read;
+ * an undeclared (chunked) body is refused as soon as it passes the limit, and the rest is never read.
+ */
+const readBounded = (request: HttpServerRequest.HttpServerRequest, max: number, correlationId: CorrelationId) =>
+  Effect.gen(function* () {
+    // Built only when needed: constructing an error captures a stack trace, which costs on every request.
+    const tooLarge = () => new EnvelopeTooLarge({ reason: "body-too-large", correlationId, limit: max })
+    const unreadable = () => new EnvelopeUnreadable({ reason: "body-unreadable", correlationId })
+    const declared = request.headers["content-length"]
+    if (declared !== undefined) {
+      if (!DIGITS.test(declared)) return yield* unreadable()
+      if (Number(declared) > max) return yield* tooLarge()
+    }
+    // A request without a body has no stream at all; it is an empty (so malformed) envelope.
+    const source = request.source as { readonly body?: unknown }
+    if ("body" in source && source.body === null) return new Uint8Array(0)
+    // A declared length within the limit bounds the read already: the server delivers exactly that many
+    // bytes or fails the request. Only an undeclared (chunked) body needs counting as it streams in.
+    if (declared !== undefined) {
+      const bytes = new Uint8Array(yield* Effect.mapError(request.arrayBuffer, unreadable))
+      return bytes.byteLength > max ? yield* tooLarge() : bytes
+    }
+    const chunks: Array<Uint8Array> = []
+    let total = 0
+    yield* Stream.runForEachWhile(request.stream, (chunk) =>
+      Effect.sync(() => {
+        total += chunk.length
+        if (total > max) return false
+        chunks.push(chunk)
+        return true
+      })).pipe(Effect.mapError(unreadable))
+    if (total > max) return yield* tooLarge()
+    const body = new Uint8Array(total)
+    let offset = 0
+    for (const chunk of chunks) {
+      body.set(chunk, offset)
+      offset += chunk.length
+    }
+    return body
+  })
+
+/** The intake middleware (see `EnvelopeIntake`): correlation id, body limit, bounded read. */
+export const EnvelopeIntakeLive = Layer.effect(
+  EnvelopeIntake,
+  Effect.map(MaxEnvelopeBytesConfig, (max) =>
+    Effect.gen(function* () {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      const correlationId = CorrelationId.make(randomBytes(16).toString("hex"))
+      yield* withHeader("x-correlation-id", correlationId)
+      const body = yield* readBounded(request, max, correlationId)
+      return { correlationId, body }
+    }))
+)
+
+// Handlers are registered by API id and group name, so a one-group API with the backend's id suffices.
+const InboxOnlyApi = HttpApi.make(deliveryApiId).add(EnvelopeInboxApi)
+
+/**
+ * Handlers, one call deep. Needs `EnvelopeInbox` and the Authentication middleware implementation
+ * (identity's `AuthenticationLive`, provided where the backend composes its API).
+ */
+export const EnvelopeInboxHttpLive = HttpApiBuilder.group(InboxOnlyApi, "controlplane", (handlers) =>
+  Effect.gen(function* () {
+    const inbox = yield* EnvelopeInbox
+    return handlers.handle("ingest", () =>
+      Effect.gen(function* () {
+        const identity = yield* CurrentIdentity
+        const { body, correlationId } = yield* IntakeRequest
+        return yield* inbox.receive({ identity, body, correlationId }).pipe(
+          Effect.tapErrorTag("SyncRateLimited", ({ retryAfter }) => withHeader("retry-after", String(retryAfterSeconds(retryAfter)))),
+          // Nothing was committed: the same request may simply be sent again.
+          Effect.tapErrorTag("InboxStorageUnavailable", () => withHeader("retry-after", "1"))
+        )
+      }))
+  })).pipe(Layer.provide(EnvelopeIntakeLive))

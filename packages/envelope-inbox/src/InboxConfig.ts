@@ -1,0 +1,73 @@
+import { Config, Duration } from "effect"
+
+const positiveDuration = (name: string, fallback: Duration.Duration) =>
+  Config.duration(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({
+      message: `${name} must be a positive, finite duration such as "1 minute"`,
+      validation: (d) => Duration.isFinite(d) && Duration.toMillis(d) > 0
+    })
+  )
+
+const atLeast = (name: string, min: number, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be an integer >= ${min}`, validation: (n) => n >= min })
+  )
+
+/** The configured sync limiter of spec 000 ("Deployments construct the inbound service with the configured sync limiter"). */
+export const SyncLimitConfig = Config.all({
+  limit: atLeast("SYNC_INGEST_LIMIT", 1, 600),
+  window: positiveDuration("SYNC_INGEST_WINDOW", Duration.minutes(1))
+})
+
+/** Spec 000: "Inbox payloads expire after 90 days by default". */
+export const PayloadRetentionConfig = positiveDuration("INBOX_PAYLOAD_RETENTION", Duration.days(90))
+
+/** The route's own body limit, enforced before the body becomes JSON (Bun ignores withMaxBodySize). */
+export const MaxEnvelopeBytesConfig = atLeast("INBOX_MAX_ENVELOPE_BYTES", 1024, 64 * 1024)
+
+/** How long the retention worker waits between sweeps (also after a failed one). */
+export const RetentionIntervalConfig = positiveDuration("INBOX_RETENTION_INTERVAL", Duration.hours(1))
+
+/** All of the package's settings at once, for the backend's up-front validation of its environment. */
+export const InboxConfig = Config.all({
+  sync: SyncLimitConfig,
+  payloadRetention: PayloadRetentionConfig,
+  maxEnvelopeBytes: MaxEnvelopeBytesConfig,
+  retentionInterval: RetentionIntervalConfig
+})
+
+/** Every variable this package reads, in the shape of the backend's configuration table. */
+export const INBOX_CONFIG: ReadonlyArray<{
+  readonly name: string
+  readonly default: string
+  readonly meaning: string
+  readonly secret: boolean
+}> = [
+  {
+    name: "SYNC_INGEST_LIMIT",
+    default: "600",
+    meaning: "envelopes one verified tenant/account/device may submit per SYNC_INGEST_WINDOW (purpose sync-ingest); more get 429 with Retry-After",
+    secret: false
+  },
+  { name: "SYNC_INGEST_WINDOW", default: "1 minute", meaning: "the fixed window of SYNC_INGEST_LIMIT", secret: false },
+  {
+    name: "INBOX_MAX_ENVELOPE_BYTES",
+    default: "65536",
+    meaning: "largest envelope body POST /controlplane/v1/envelopes reads (>= 1024); larger bodies get 413 before authentication",
+    secret: false
+  },
+  {
+    name: "INBOX_PAYLOAD_RETENTION",
+    default: "90 days",
+    meaning: "how long an accepted envelope's payload is kept; identities, cursors, floors and audit rows are permanent",
+    secret: false
+  },
+  {
+    name: "INBOX_RETENTION_INTERVAL",
+    default: "1 hour",
+    meaning: "pause between retention sweeps (each deletes expired payloads in batches of at most 1,000)",
+    secret: false
+  }
+]

@@ -1,0 +1,212 @@
+import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { Data, Effect, Option, type ParseResult, Predicate, Schema } from "effect"
+import type { AuditOutcome } from "./Domain.ts"
+import type { LockedStream, RetainedIdentity } from "./StreamRules.ts"
+
+// SQL only; private to the package. `.withoutTransform` keeps these row shapes whatever name transforms
+// the backend's pool uses. Times are parameters from Effect's Clock, never now(), so tests drive expiry.
+
+/** A statement (or BEGIN/COMMIT) failed: nothing of the transaction is committed. Never leaves the package. */
+export class StorageFailure extends Data.TaggedError("StorageFailure")<{
+  readonly operation: string
+  readonly sqlstate: string
+}> {}
+
+type Stored<E> = Exclude<E, SqlError.SqlError | ParseResult.ParseError> | StorageFailure
+
+/** SqlError becomes StorageFailure (only the SQLSTATE is kept: driver messages can quote parameters); a row that does not decode is a bug. */
+export const storage = (operation: string) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Stored<E>, R> =>
+  Effect.catchAll(effect, (error): Effect.Effect<never, Stored<E>> => {
+    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
+    if (!Predicate.isTagged(error, "SqlError")) return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
+    const code = ((error as unknown as SqlError.SqlError).cause as { readonly code?: unknown } | undefined)?.code
+    return Effect.fail(new StorageFailure({ operation, sqlstate: typeof code === "string" ? code : "unknown" }))
+  })
+
+// node-postgres returns bigint columns as strings; sequences stay below 2^53, so numbers are exact.
+const Int8 = Schema.Union(Schema.Number, Schema.NumberFromString)
+
+const StreamRow = Schema.Struct({
+  stream_id: Int8,
+  contiguous_cursor: Int8,
+  replay_floor: Int8,
+  high_sequence: Int8
+})
+const toStream = (row: typeof StreamRow.Type): LockedStream => ({
+  streamId: row.stream_id,
+  cursor: row.contiguous_cursor,
+  replayFloor: row.replay_floor,
+  highSequence: row.high_sequence
+})
+
+const IdentityRow = Schema.Struct({
+  sequence: Int8,
+  event_id: Schema.String,
+  idempotency_key: Schema.String,
+  event_identity: Schema.String
+})
+const toIdentity = (row: typeof IdentityRow.Type): RetainedIdentity => ({
+  sequence: row.sequence,
+  eventId: row.event_id,
+  idempotencyKey: row.idempotency_key,
+  eventIdentity: row.event_identity
+})
+
+export interface StreamKey {
+  readonly tenant: string
+  readonly project: string
+  readonly producer: string
+}
+
+export interface AuditRow {
+  readonly recordedAt: Date
+  readonly tenant: string
+  readonly project: string | null
+  readonly producer: string | null
+  readonly account: string
+  readonly device: string | null
+  readonly eventIdentity: string | null
+  readonly outcome: AuditOutcome
+  readonly reason: string
+  readonly correlationId: string
+}
+
+export interface AcceptWrite {
+  readonly streamId: number
+  readonly sequence: number
+  readonly eventId: string
+  readonly idempotencyKey: string
+  readonly eventIdentity: string
+  readonly envelope: string
+  readonly acceptedAt: Date
+  readonly expiresAt: Date
+  readonly cursor: number
+  readonly audit: AuditRow
+}
+
+// Retention deletes at most this many payload rows per statement (spec 000).
+export const RETENTION_BATCH = 1_000
+
+/**
+ * @effect/sql 0.52 turns a failed COMMIT (or ROLLBACK) into a defect. For us it is the plainest storage
+ * outcome there is (a deferred constraint, a serialization failure, a lost connection): nothing was
+ * acknowledged, the caller may retry. So that SqlError is put back into the error channel.
+ */
+const commitFailureAsError = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError.SqlError, R> =>
+  Effect.catchSomeDefect(effect, (defect) =>
+    Predicate.isTagged(defect, "SqlError") ? Option.some(Effect.fail(defect as SqlError.SqlError)) : Option.none())
+
+export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-inbox/InboxRepo", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+
+    // Creates the stream on first use and locks its row until commit. DO UPDATE (not DO NOTHING) takes
+    // the row lock in the same statement and returns the latest committed cursor, even after waiting.
+    const lockStream = SqlSchema.single({
+      Request: Schema.Struct({ tenant: Schema.String, project: Schema.String, producer: Schema.String, now: Schema.DateFromSelf }),
+      Result: StreamRow,
+      execute: (r) => sql`
+        INSERT INTO inbox_streams (tenant, project, producer, created_at, last_received_at)
+        VALUES (${r.tenant}, ${r.project}, ${r.producer}, ${r.now}, ${r.now})
+        ON CONFLICT (tenant, project, producer) DO UPDATE SET last_received_at = EXCLUDED.last_received_at
+        RETURNING stream_id, contiguous_cursor, replay_floor, high_sequence`.withoutTransform
+    })
+
+    const findStream = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, project: Schema.String, producer: Schema.String }),
+      Result: StreamRow,
+      execute: (r) => sql`
+        SELECT stream_id, contiguous_cursor, replay_floor, high_sequence FROM inbox_streams
+        WHERE tenant = ${r.tenant} AND project = ${r.project} AND producer = ${r.producer}`.withoutTransform
+    })
+
+    // The (at most three) retained identities the incoming envelope could collide with.
+    const findIdentities = SqlSchema.findAll({
+      Request: Schema.Struct({ streamId: Schema.Number, eventId: Schema.String, idempotencyKey: Schema.String, sequence: Schema.Number }),
+      Result: IdentityRow,
+      execute: (r) => sql`
+        SELECT sequence, event_id, idempotency_key, event_identity FROM inbox_identities
+        WHERE stream_id = ${r.streamId}
+          AND (event_id = ${r.eventId} OR idempotency_key = ${r.idempotencyKey} OR sequence = ${r.sequence})`.withoutTransform
+    })
+
+    // End of the run of retained sequences base+1, base+2, ... (base when there is none): in a run,
+    // sequence - row_number() stays equal to base.
+    const runEnd = SqlSchema.single({
+      Request: Schema.Struct({ streamId: Schema.Number, base: Schema.Number }),
+      Result: Schema.Struct({ run_end: Int8 }),
+      execute: (r) => sql`
+        SELECT COALESCE(max(sequence), ${r.base}) AS run_end FROM (
+          SELECT sequence, sequence - row_number() OVER (ORDER BY sequence) AS base
+          FROM inbox_identities WHERE stream_id = ${r.streamId} AND sequence > ${r.base}
+        ) run WHERE run.base = ${r.base}`.withoutTransform
+    })
+
+    const auditValues = (a: AuditRow) => sql`(
+      ${a.recordedAt}, ${a.tenant}, ${a.project}, ${a.producer}, ${a.account}, ${a.device},
+      ${a.eventIdentity}, ${a.outcome}, ${a.reason}, ${a.correlationId})`
+    const auditColumns = sql`(recorded_at, tenant, project, producer, account, device, event_identity, outcome, reason, correlation_id)`
+
+    // Spec 000 step 6 in one statement: permanent identity, expiring payload, redacted audit row and the
+    // cursor advance. Data-modifying CTEs run exactly once and commit (or fail) with the transaction.
+    const accept = (w: AcceptWrite) => sql`
+      WITH identity AS (
+        INSERT INTO inbox_identities (stream_id, sequence, event_id, idempotency_key, event_identity, accepted_at)
+        VALUES (${w.streamId}, ${w.sequence}, ${w.eventId}, ${w.idempotencyKey}, ${w.eventIdentity}, ${w.acceptedAt})
+      ), payload AS (
+        INSERT INTO inbox_payloads (stream_id, sequence, envelope, expires_at)
+        VALUES (${w.streamId}, ${w.sequence}, ${w.envelope}, ${w.expiresAt})
+      ), audit AS (
+        INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(w.audit)}
+      )
+      UPDATE inbox_streams SET contiguous_cursor = ${w.cursor}, high_sequence = GREATEST(high_sequence, ${w.sequence})
+      WHERE stream_id = ${w.streamId}`.withoutTransform
+
+    const raiseFloor = (r: { readonly streamId: number; readonly floor: number; readonly cursor: number }) => sql`
+      UPDATE inbox_streams SET replay_floor = GREATEST(replay_floor, ${r.floor}), contiguous_cursor = ${r.cursor}
+      WHERE stream_id = ${r.streamId}`.withoutTransform
+
+    // The retention statement: payload rows only, by key, at most RETENTION_BATCH of them.
+    const deleteExpired = SqlSchema.single({
+      Request: Schema.DateFromSelf,
+      Result: Schema.Struct({ deleted: Int8 }),
+      execute: (now) => sql`
+        WITH expired AS (
+          DELETE FROM inbox_payloads p USING (
+            SELECT stream_id, sequence FROM inbox_payloads WHERE expires_at < ${now}
+            ORDER BY expires_at LIMIT ${RETENTION_BATCH}
+          ) e
+          WHERE p.stream_id = e.stream_id AND p.sequence = e.sequence
+          RETURNING 1
+        ) SELECT count(*) AS deleted FROM expired`.withoutTransform
+    })
+
+    // An INSERT ... RETURNING or an aggregate that returned no row would be a bug, not an outcome.
+    const noRowIsDefect = "NoSuchElementException" as const
+
+    return {
+      lockStream: (key: StreamKey, now: Date) => storage("lockStream")(Effect.map(Effect.catchTag(lockStream({ ...key, now }), noRowIsDefect, Effect.die), toStream)),
+      findStream: (key: StreamKey) => storage("findStream")(Effect.map(findStream(key), Option.map(toStream))),
+      findIdentities: (r: { streamId: number; eventId: string; idempotencyKey: string; sequence: number }) =>
+        storage("findIdentities")(Effect.map(findIdentities(r), (rows) => rows.map(toIdentity))),
+      runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
+      accept: (w: AcceptWrite) => storage("accept")(Effect.asVoid(accept(w))),
+      insertAudit: (a: AuditRow) => storage("insertAudit")(Effect.asVoid(sql`INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(a)}`.withoutTransform)),
+      raiseFloor: (r: { streamId: number; floor: number; cursor: number }) => storage("raiseFloor")(Effect.asVoid(raiseFloor(r))),
+      /**
+       * One retention batch in its own transaction under the restricted role: the statement runs with
+       * privileges on inbox_payloads only, whatever it says (spec 000: "can delete only the payload table").
+       */
+      deleteExpiredBatch: (now: Date) =>
+        storage("deleteExpired")(commitFailureAsError(sql.withTransaction(
+          Effect.zipRight(
+            sql`SET LOCAL ROLE inbox_retention`.withoutTransform,
+            Effect.map(Effect.catchTag(deleteExpired(now), noRowIsDefect, Effect.die), (row) => row.deleted)
+          )
+        ))),
+      /** Wraps a transaction so that BEGIN/COMMIT failures are storage failures too. */
+      transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => storage(operation)(commitFailureAsError(sql.withTransaction(effect)))
+    }
+  })
+}) {}

@@ -1,0 +1,16 @@
+export * from "./Domain.ts"
+export { EnvelopeInbox, EnvelopeInboxLive, type ReceiveInput } from "./EnvelopeInbox.ts"
+export { EnvelopeInboxApi, EnvelopeIntake, IntakeRequest } from "./Api.ts"
+export { EnvelopeInboxHttpLive, EnvelopeIntakeLive } from "./Http.ts"
+export { InboxRetention, inboxRetentionWorker, InboxRetentionWorker, MAX_BATCHES_PER_SWEEP, retentionLoop, type SweepResult } from "./InboxRetention.ts"
+export { RETENTION_BATCH, type StreamKey } from "./InboxRepo.ts"
+export {
+  INBOX_CONFIG,
+  InboxConfig,
+  MaxEnvelopeBytesConfig,
+  PayloadRetentionConfig,
+  RetentionIntervalConfig,
+  SyncLimitConfig
+} from "./InboxConfig.ts"
+export { contiguousCursor } from "./StreamRules.ts"
+export { SyncLimiter, syncKey } from "./SyncLimiter.ts"

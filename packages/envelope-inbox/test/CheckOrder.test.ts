@@ -1,0 +1,154 @@
+import { expect, layer } from "@effect/vitest"
+import { HttpBody } from "@effect/platform"
+import { Effect, Redacted, Stream } from "effect"
+import { randomBytes } from "node:crypto"
+import { vi } from "vitest"
+import { SqlCounter } from "./support/CountingSql.ts"
+import { auditOf, counts, generousEnv, KeyLookups, post, producer, secondDevice, SuiteLive } from "./support/Harness.ts"
+
+// Counts every Ed25519 verification made through node:crypto (the inbox's signature check), so
+// "no signature work" is observed rather than inferred from the order of the code.
+const signatures = vi.hoisted(() => ({ verifications: 0 }))
+vi.mock("node:crypto", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("node:crypto")>()
+  const verify = ((...args: Parameters<typeof actual.verify>) => {
+    signatures.verifications++
+    return actual.verify(...args)
+  }) as typeof actual.verify
+  return { ...actual, default: { ...actual, verify }, verify }
+})
+
+/** Statements, key lookups and signature verifications performed while `effect` runs. */
+const work = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const counter = yield* SqlCounter
+    const lookups = yield* KeyLookups
+    const before = { statements: (yield* counter.statements).length, lookups: yield* lookups.count, verifications: signatures.verifications }
+    const result = yield* effect
+    const statements = (yield* counter.statements).slice(before.statements)
+    return {
+      result,
+      statements,
+      keyLookups: (yield* lookups.count) - before.lookups,
+      verifications: signatures.verifications - before.verifications
+    }
+  })
+
+const bogusToken = () => `device_${randomBytes(12).toString("hex")}_${randomBytes(32).toString("base64url")}`
+
+layer(SuiteLive(), { excludeTestServices: true })("spec 000: the inbound checks run in order, and the order is observable", (it) => {
+  it.effect("authenticate the opaque credential first: an unauthenticated request causes no key lookup, no signature work and no query beyond the credential's own lookup, and writes no audit row", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const envelope = p.envelope({ sequence: 1 })
+      // Missing and malformed credentials cost nothing at all; an unknown one costs its one indexed lookup.
+      for (const token of [undefined, "not-a-token"]) {
+        const { keyLookups, result, statements, verifications } = yield* work(post(envelope, token))
+        expect(result.status).toBe(401)
+        expect({ statements: statements.length, keyLookups, verifications }).toEqual({ statements: 0, keyLookups: 0, verifications: 0 })
+      }
+      const { keyLookups, result, statements, verifications } = yield* work(post(envelope, bogusToken()))
+      expect([result.status, result.body.reason]).toEqual([401, "unknown"])
+      expect(statements).toHaveLength(1)
+      expect(statements[0]).toContain("identity_device_credentials")
+      expect({ keyLookups, verifications }).toEqual({ keyLookups: 0, verifications: 0 })
+      expect(yield* counts(p.tenant)).toEqual({ streams: 0, identities: 0, payloads: 0, audit: 0 })
+    }))
+
+  it.effect("compare the envelope route with the verified tenant before resolving keys: a foreign tenant is 403 route-tenant-mismatch with no key lookup or signature work, and its audit row is the only write", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const victim = yield* producer()
+      const foreign = victim.envelope({ sequence: 1 })
+      const { keyLookups, result, statements, verifications } = yield* work(post(foreign, p.token))
+      expect([result.status, result.body.reason]).toEqual([403, "route-tenant-mismatch"])
+      expect({ keyLookups, verifications }).toEqual({ keyLookups: 0, verifications: 0 })
+      // The credential lookup, then the audit insert; nothing touches keys, streams or identities.
+      expect(statements).toHaveLength(2)
+      expect(statements[1]).toMatch(/^INSERT INTO inbox_audit/)
+      expect(statements.some((s) => s.includes("signer_keys") || s.includes("inbox_streams"))).toBe(false)
+      // The audit row belongs to the verified tenant, never to the one the route claimed.
+      expect((yield* auditOf(p.tenant)).map((row) => [row.outcome, row.reason, row.device])).toEqual([["refused", "route-tenant-mismatch", "d-1"]])
+      expect(yield* counts(victim.tenant)).toEqual({ streams: 0, identities: 0, payloads: 0, audit: 0 })
+    }))
+
+  it.effect("a valid envelope does its work in order: credential lookup, one key lookup, one signature verification, then one transaction", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const { keyLookups, result, statements, verifications } = yield* work(post(p.envelope({ sequence: 1 }), p.token))
+      expect(result.status).toBe(201)
+      expect({ keyLookups, verifications }).toEqual({ keyLookups: 1, verifications: 1 })
+      const shape = statements.map((s) => s.trim().split(/\s+/).slice(0, 3).join(" "))
+      expect(shape).toEqual([
+        expect.stringContaining("SELECT"), // the device credential
+        expect.stringContaining("SELECT"), // the signing key, inside the verified tenant
+        "BEGIN",
+        "INSERT INTO inbox_streams", // creates or locks the stream row
+        "SELECT sequence, event_id,", // retained identities it could collide with
+        "WITH identity AS", // identity, payload, audit and cursor in one statement
+        "COMMIT"
+      ])
+      expect(statements[1]).toContain("signer_keys")
+    }))
+
+  it.effect("the outer adapter enforces its body limit before constructing a request: an oversized body is 413 body-too-large before authentication, with no query at all", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const huge = JSON.stringify({ ...p.envelope({ sequence: 1 }), padding: "x".repeat(70 * 1024) })
+      for (const token of [bogusToken(), Redacted.value(p.token)]) {
+        const { keyLookups, result, statements, verifications } = yield* work(post(huge, token))
+        expect(result.status).toBe(413)
+        expect(result.body).toMatchObject({ _tag: "EnvelopeTooLarge", reason: "body-too-large", limit: 65536 })
+        expect({ statements: statements.length, keyLookups, verifications }).toEqual({ statements: 0, keyLookups: 0, verifications: 0 })
+      }
+      expect(yield* counts(p.tenant)).toEqual({ streams: 0, identities: 0, payloads: 0, audit: 0 })
+    }))
+})
+
+// A suite of its own: the limiter is built with the service, and this one has a small limit.
+layer(SuiteLive({ ...generousEnv, SYNC_INGEST_LIMIT: "2", SYNC_INGEST_WINDOW: "1 minute" }), { excludeTestServices: true })(
+  "spec 000: the configured sync limiter",
+  (it) => {
+    it.effect("The limiter runs after authentication and before route/key/signature/database work: past SYNC_INGEST_LIMIT the answer is 429 sync-rate-limited with Retry-After, after only the credential lookup", () =>
+      Effect.gen(function* () {
+        const p = yield* producer()
+        expect((yield* post(p.envelope({ sequence: 1 }), p.token)).status).toBe(201)
+        expect((yield* post(p.envelope({ sequence: 2 }), p.token)).status).toBe(201)
+        for (const sequence of [3, 4]) {
+          const { keyLookups, result, statements, verifications } = yield* work(post(p.envelope({ sequence }), p.token))
+          expect([result.status, result.body.reason]).toEqual([429, "sync-rate-limited"])
+          const retryAfter = Number(result.headers["retry-after"])
+          expect(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60).toBe(true)
+          expect(statements).toHaveLength(1)
+          expect(statements[0]).toContain("identity_device_credentials")
+          expect({ keyLookups, verifications }).toEqual({ keyLookups: 0, verifications: 0 })
+        }
+        expect(yield* counts(p.tenant)).toMatchObject({ identities: 2, audit: 2 })
+      }))
+
+    it.effect("the limiter is keyed only by verified tenant/account/device plus sync-ingest: another device has its own budget, and a foreign route spends the caller's", () =>
+      Effect.gen(function* () {
+        const p = yield* producer()
+        const other = yield* producer()
+        const laptop = yield* secondDevice(p, "d-2")
+        // Two refused foreign-route submissions spend d-1's budget, not the other tenant's.
+        for (let i = 0; i < 2; i++) expect((yield* post(other.envelope({ sequence: 1 }), p.token)).status).toBe(403)
+        expect((yield* post(p.envelope({ sequence: 1 }), p.token)).status).toBe(429)
+        expect((yield* post(p.envelope({ sequence: 1 }), laptop.token)).status).toBe(201)
+        expect((yield* post(other.envelope({ sequence: 1 }), other.token)).status).toBe(201)
+      }))
+  }
+)
+
+// A chunked body has no Content-Length: the bounded reader stops at the limit.
+layer(SuiteLive({ ...generousEnv, INBOX_MAX_ENVELOPE_BYTES: "2048" }), { excludeTestServices: true })("spec 000: the body limit", (it) => {
+  it.effect("an undeclared (chunked) body over INBOX_MAX_ENVELOPE_BYTES is 413 body-too-large, read no further than the limit, with no query", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const chunk = new TextEncoder().encode(" ".repeat(1024))
+      const body = HttpBody.stream(Stream.make(chunk, chunk, chunk, chunk), "application/json")
+      const { result, statements } = yield* work(post(body, p.token))
+      expect([result.status, result.body.reason, result.body.limit]).toEqual([413, "body-too-large", 2048])
+      expect(statements).toHaveLength(0)
+    }))
+})

@@ -1,0 +1,190 @@
+import { Context, Effect, Either, Layer, Redacted, Schedule, Schema } from "effect"
+import { spawn } from "node:child_process"
+import { generateKeyPairSync, type KeyObject } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+// Root scripts reach the workspace packages by path: the root package declares no @delivery/* dependency.
+import { DeviceId, Email, Identity, TenantId } from "../../packages/identity/src/index.ts"
+import { decodeUnsignedEnvelope, KeyId, KeySource, RawPublicKey, rawPublicKey, Signer, signEnvelope } from "../../packages/signer/src/index.ts"
+import { freePort, MigratedDatabase, PgCluster, startCluster, TestDatabase } from "../../packages/testing/src/index.ts"
+import { describeCpu, machineBusyCpu, measure, postgresCpu, processCpu, reapedChildrenCpu, selfCpu } from "./cpu.ts"
+import { runPgbench } from "./pgbench.ts"
+
+export interface InboxBenchOptions {
+  /** Seconds per measured run (four runs: ours and pgbench, at 1 and 10 clients). */
+  readonly seconds: number
+  /** fsync and synchronous_commit for the one cluster both sides share. */
+  readonly fsync: boolean
+  readonly log: (line: string) => void
+}
+
+export interface InboxBenchResult {
+  readonly bench: "inbox"
+  readonly ours_c1: number
+  readonly pgbench_c1: number
+  readonly ours_c10: number
+  readonly pgbench_c10: number
+  readonly ratio_c10: number
+}
+
+const repoRoot = new URL("../../", import.meta.url).pathname
+const round = (n: number) => Math.round(n * 10) / 10
+
+// Extra flags for the backend's bun, e.g. BENCH_BACKEND_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof" to profile it.
+const backendFlags = (process.env.BENCH_BACKEND_FLAGS ?? "").split(" ").filter(Boolean)
+
+/** A real backend process (`bun --no-env-file packages/backend/src/main.ts`), stopped with SIGTERM. */
+const startBackend = (databaseUrl: string, port: number) =>
+  Effect.acquireRelease(
+    Effect.sync(() =>
+      spawn(process.execPath, [...backendFlags, "--no-env-file", join(repoRoot, "packages/backend/src/main.ts")], {
+        cwd: repoRoot,
+        stdio: ["ignore", "ignore", "inherit"],
+        env: {
+          PATH: process.env.PATH ?? "/usr/bin:/bin",
+          HOME: process.env.HOME ?? "/tmp",
+          DATABASE_URL: databaseUrl,
+          PORT: String(port),
+          LOG_LEVEL: "warn",
+          // The bench measures the pipeline, not the limits: both are raised far past what it sends.
+          IDENTITY_PEER_LIMIT: "1000000",
+          SYNC_INGEST_LIMIT: "1000000000"
+        }
+      })),
+    (child) =>
+      Effect.async<void>((resume) => {
+        if (child.exitCode !== null) return resume(Effect.void)
+        child.once("exit", () => resume(Effect.void))
+        child.kill("SIGTERM")
+      })
+  ).pipe(
+    // Ready once /health answers: migrations, health check, workers and listener are up.
+    Effect.tap((child) =>
+      Effect.suspend(() =>
+        child.exitCode === null
+          ? Effect.tryPromise(() => fetch(`http://127.0.0.1:${port}/health`))
+          : Effect.dieMessage(`backend exited with code ${child.exitCode} before it was ready`)
+      ).pipe(
+        Effect.filterOrFail((response) => response.ok),
+        Effect.retry({ schedule: Schedule.spaced("50 millis").pipe(Schedule.upTo("60 seconds")), while: () => true }),
+        Effect.orDie
+      ))
+  )
+
+/** Signed envelope bodies for one producer stream, sequences 1..count, serialized up front. */
+const signedBodies = (tenant: string, producer: string, count: number, privateKey: KeyObject) =>
+  Array.from({ length: count }, (_, i) => {
+    const unsigned = Either.getOrThrow(decodeUnsignedEnvelope({
+      type: "controlplane/v1",
+      route: { tenant, project: "website", producer },
+      eventId: `${producer}-event-${String(i + 1).padStart(10, "0")}`,
+      idempotencyKey: `${producer}:op:${i + 1}`,
+      sequence: i + 1,
+      keyId: "k1",
+      createdAt: "2025-01-15T09:30:00.123Z",
+      schemaVersion: 1,
+      metadata: { kind: "task.proposed", subject: "task-42", attributes: { title: "Review the plan", priority: "high" } }
+    }))
+    return JSON.stringify(signEnvelope(unsigned, privateKey))
+  })
+
+/** Sends `bodies` one after another until done or `deadline`; returns how many were accepted (201). */
+const producerLoop = async (url: string, token: string, bodies: ReadonlyArray<string>, deadline: number) => {
+  let accepted = 0
+  for (const body of bodies) {
+    if (performance.now() >= deadline) break
+    const response = await fetch(url, { method: "POST", body, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } })
+    await response.arrayBuffer()
+    if (response.status === 201) accepted++
+    else throw new Error(`unexpected status ${response.status}`)
+  }
+  return accepted
+}
+
+export const runInboxBench = (options: InboxBenchOptions) =>
+  Effect.scoped(Effect.gen(function* () {
+    const { log, seconds } = options
+    const cluster = yield* startCluster({ fsync: options.fsync, maxConnections: 100 })
+    const context = yield* Layer.build(
+      Layer.mergeAll(Identity.Default, Signer.Default.pipe(Layer.provide(KeySource.layerNone))).pipe(
+        Layer.provideMerge(MigratedDatabase),
+        Layer.provide(Layer.succeed(PgCluster, cluster))
+      )
+    )
+    const db = Context.get(context, TestDatabase)
+    const target = { port: cluster.port, database: db.name }
+    log(`cluster on port ${cluster.port} (fsync=${options.fsync ? "on" : "off"}, synchronous_commit=${options.fsync ? "on" : "off"} for both sides)`)
+
+    // One tenant, one account, a device credential per producer, one registered signing key.
+    const { privateKey } = generateKeyPairSync("ed25519")
+    const tenant = TenantId.make("bench")
+    const tokens = yield* Effect.gen(function* () {
+      const identity = yield* Identity
+      const signer = yield* Signer
+      yield* identity.createTenant(tenant)
+      const account = yield* identity.createAccount({ tenant, email: Schema.decodeSync(Email)("bench@bench.example") })
+      yield* signer.registerKey(tenant, KeyId.make("k1"), RawPublicKey.make(rawPublicKey(privateKey)))
+      return yield* Effect.forEach(Array.from({ length: 12 }, (_, i) => i), (i) =>
+        Effect.map(identity.issueDeviceCredential({ tenant, account, device: DeviceId.make(`device-${i}`) }), (c) => Redacted.value(c.token)))
+    }).pipe(Effect.provide(context))
+
+    const port = yield* freePort
+    const backend = yield* startBackend(db.url, port)
+    const url = `http://127.0.0.1:${port}/controlplane/v1/envelopes`
+    log(`backend pid ${backend.pid} on port ${port}`)
+
+    // Pre-signed bodies: enough for the fastest rate plausible on two cores, so the deadline ends each run.
+    const perProducer = (rate: number, producers: number) => Math.ceil((rate * seconds) / producers)
+    const warmup = signedBodies(tenant, "warmup", 1_000, privateKey)
+    const c1 = signedBodies(tenant, "solo", perProducer(3_000, 1), privateKey)
+    const c10 = Array.from({ length: 10 }, (_, i) => signedBodies(tenant, `producer-${i}`, perProducer(6_000, 10), privateKey))
+    const envelopeText = warmup[0]!
+
+    yield* Effect.promise(() => Promise.all([0, 1, 2, 3].map((i) => producerLoop(url, tokens[11]!, warmup.slice(i * 250, (i + 1) * 250), Infinity))))
+
+    const oursProbes = { client: selfCpu, backend: () => processCpu(backend.pid!), postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
+    const pgProbes = { pgbench: reapedChildrenCpu, postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
+    const scriptDir = mkdtempSync(join(tmpdir(), "bench-inbox-"))
+    yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(scriptDir, { recursive: true, force: true })))
+
+    const ours = (streams: ReadonlyArray<ReadonlyArray<string>>) =>
+      Effect.promise(() =>
+        measure(oursProbes, async () => {
+          const deadline = performance.now() + seconds * 1000
+          const counts = await Promise.all(streams.map((bodies, i) => producerLoop(url, tokens[i]!, bodies, deadline)))
+          return counts.reduce((a, b) => a + b, 0)
+        }))
+    const reference = (clients: number) =>
+      Effect.promise(() => measure(pgProbes, async () => runPgbench(target, scriptDir, envelopeText, clients, seconds), 500))
+
+    // CPU per accepted envelope (or pgbench transaction), in µs, for the "what limits it" question.
+    const perItem = (cpu: Readonly<Record<string, number>>, items: number) =>
+      Object.entries(cpu).filter(([name]) => name !== "machine").map(([name, s]) => `${name} ${Math.round((s * 1e6) / items)}`).join(", ")
+    const report = (label: string, run: { result: number; wall: number; cpu: Readonly<Record<string, number>> }, rate: number, unit: string) =>
+      log(`${label}: ${round(rate)} ${unit}  (cpu ${describeCpu(run.cpu, run.wall)}; µs per item: ${perItem(run.cpu, rate * run.wall)})`)
+
+    const oursC1 = yield* ours([c1])
+    report("ours    c1 ", oursC1, oursC1.result / oursC1.wall, "accepted envelopes/s")
+    const pgC1 = yield* reference(1)
+    report("pgbench c1 ", pgC1, pgC1.result, "tx/s")
+    const oursC10 = yield* ours(c10)
+    report("ours    c10", oursC10, oursC10.result / oursC10.wall, "accepted envelopes/s")
+    const pgC10 = yield* reference(10)
+    report("pgbench c10", pgC10, pgC10.result, "tx/s")
+    // For context only (not in the JSON): the same script over the unnamed-statement protocol our driver uses.
+    const pgC10Extended = yield* Effect.promise(() =>
+      measure(pgProbes, async () => runPgbench(target, scriptDir, envelopeText, 10, Math.min(seconds, 4), "extended"), 500))
+    report("pgbench c10 -M extended (context)", pgC10Extended, pgC10Extended.result, "tx/s")
+
+    const result: InboxBenchResult = {
+      bench: "inbox",
+      ours_c1: round(oursC1.result / oursC1.wall),
+      pgbench_c1: round(pgC1.result),
+      ours_c10: round(oursC10.result / oursC10.wall),
+      pgbench_c10: round(pgC10.result),
+      ratio_c10: Math.round((oursC10.result / oursC10.wall / pgC10.result) * 1000) / 1000
+    }
+    log(`ratio c1 = ${Math.round((result.ours_c1 / result.pgbench_c1) * 1000) / 1000}, ratio c10 = ${result.ratio_c10} (ours / pgbench)`)
+    return result
+  }))
