@@ -1,5 +1,6 @@
 import { Effect } from "effect"
 import { runInboxBench } from "./inbox.ts"
+import { runOutboxBench } from "./outbox.ts"
 
 // `bun run bench <name> [--json] [--seconds N] [--fsync]`. With --json, progress goes to stderr and the
 // last line on stdout is exactly one JSON object with the figures.
@@ -11,7 +12,8 @@ const names = args.filter((arg, i) => !arg.startsWith("--") && args[i - 1] !== "
 const log = (line: string) => (json ? console.error(line) : console.log(line))
 
 const benches: Record<string, () => Effect.Effect<object, unknown>> = {
-  inbox: () => runInboxBench({ seconds, fsync: args.includes("--fsync"), log })
+  inbox: () => runInboxBench({ seconds, fsync: args.includes("--fsync"), log }),
+  outbox: () => runOutboxBench({ fsync: args.includes("--fsync"), log })
 }
 
 const name = names[0]

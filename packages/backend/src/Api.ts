@@ -1,6 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { EnvelopeInboxApi } from "@delivery/envelope-inbox"
 import { IdentityApi } from "@delivery/identity"
+import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
 
@@ -13,5 +14,7 @@ export class Api extends HttpApi.make("delivery")
   .add(IdentityApi)
   .add(EnvelopeInboxApi)
   .add(SignerApi)
+  .add(OutboxOperatorApi)
+  .add(OutboxApi)
   .annotate(OpenApi.Title, "Delivery backend")
 {}

@@ -1,6 +1,7 @@
 import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig } from "@delivery/identity"
 import { SIGNER_CONFIG, SignerConfig } from "@delivery/signer"
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
+import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { Config, ConfigError, Context, Data, Effect, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 
 /** `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002). */
@@ -33,7 +34,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...IDENTITY_CONFIG,
   ...OPERATOR_CONFIG,
   ...SIGNER_CONFIG,
-  ...INBOX_CONFIG
+  ...INBOX_CONFIG,
+  ...OUTBOX_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -89,7 +91,8 @@ export const appConfig = Config.all({
   identity: PeerLimitConfig,
   operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
   signer: SignerConfig,
-  inbox: InboxConfig
+  inbox: InboxConfig,
+  outbox: OutboxConfig
 })
 
 export type AppConfigShape = Config.Config.Success<typeof appConfig>

@@ -1,6 +1,7 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
 import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive } from "@delivery/identity"
 import { SignerHttpLive } from "@delivery/signer"
+import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { EnvelopeInboxHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
@@ -15,6 +16,8 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(IdentityHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
   Layer.provide(SignerHttpLive),
+  Layer.provide(OutboxOperatorHttpLive),
+  Layer.provide(OutboxHttpLive),
   // Both bearer middlewares share one PeerLimitLive, so tenant and operator attempts count against one budget per peer.
   Layer.provide(AuthenticationLive),
   Layer.provide(OperatorAuthenticationLive)

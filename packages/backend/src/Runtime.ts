@@ -1,6 +1,7 @@
 import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
 import { EnvelopeInboxLive, inboxRetentionWorker } from "@delivery/envelope-inbox"
 import { Identity } from "@delivery/identity"
+import { Outbox, OutboxSettings, outboxWorkerLive } from "@delivery/outbox"
 import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
@@ -27,7 +28,8 @@ export type WorkerContext =
 /** The delivery workers of the `backend` role. Each reads its settings from the AppConfig validated at start-up. */
 export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = [
   Layer.unwrapEffect(Effect.map(AppConfig, (config) => signerPurgeWorker(config.signer.purgeInterval))),
-  Layer.unwrapEffect(Effect.map(AppConfig, (config) => inboxRetentionWorker(config.inbox.retentionInterval)))
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => inboxRetentionWorker(config.inbox.retentionInterval))),
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => outboxWorkerLive(config.outbox)))
 ]
 
 /** Shared services, built after the start-up checks and before any worker. */
@@ -40,6 +42,11 @@ const ServicesLive = Layer.mergeAll(
 
 /** The envelope inbox verifies with the shared Signer, so it is built on top of the shared services. */
 const InboxServicesLive = EnvelopeInboxLive.pipe(Layer.provideMerge(ServicesLive))
+
+/** The outbox signs with the shared Signer; its settings are the ones validated at start-up. */
+const OutboxServicesLive = Outbox.Default.pipe(
+  Layer.provide(Layer.effect(OutboxSettings, Effect.map(AppConfig, (config) => config.outbox)))
+)
 
 /** The listener opens only after the workers are running; as the last resource it is also released first. */
 const HttpLive = Layer.scopedDiscard(
@@ -71,6 +78,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
     Effect.map(loadConfig, (config) =>
       HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
+        Layer.provide(OutboxServicesLive),
         Layer.provide(InboxServicesLive),
         Layer.provide(StartupChecksLive),
         Layer.provide(DatabaseLive),

@@ -1,0 +1,118 @@
+import { Backoff, fencedBatch, ProviderHttp } from "@delivery/core"
+import { Clock, Duration, Effect, Option } from "effect"
+import type { DeadReason, DeliveryErrorCode } from "./Domain.ts"
+import type { Settings } from "./OutboxConfig.ts"
+import type { ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
+import type { SendOutcome } from "./Sender.ts"
+
+/** What one attempt leads to; every kind is recorded by a fenced, batched transition. */
+export type Decision =
+  | { readonly _tag: "Delivered" }
+  | { readonly _tag: "Retry"; readonly code: DeliveryErrorCode; readonly dueAt: Date }
+  | { readonly _tag: "Dead"; readonly reason: DeadReason; readonly code: DeliveryErrorCode }
+
+export const interrupted = new ProviderHttp.Ambiguous({ code: "provider-interrupted" })
+
+const RETRY_AFTER_MIN = Duration.seconds(1)
+
+/**
+ * DESIGN's four outcomes mapped to the outbox rule: delivered → delivered; rejected (4xx, redirect)
+ * → dead letter at once, except 429, which asks us to slow down; temporary and ambiguous (and our
+ * own "not sent") → retry with capped exponential backoff, or the receiver's Retry-After within
+ * [1 s, OUTBOX_RETRY_AFTER_MAX], until the attempt ceiling, then dead letter.
+ */
+export const decide = (
+  outcome: SendOutcome,
+  row: Pick<ClaimedRow, "attempt" | "attempt_ceiling">,
+  settings: Pick<Settings, "backoff" | "retryAfterMax">
+): Effect.Effect<Decision> => {
+  const retry = (code: DeliveryErrorCode, retryAfter: string | undefined): Effect.Effect<Decision> => {
+    if (row.attempt >= row.attempt_ceiling) {
+      return Effect.succeed({ _tag: "Dead", reason: "attempts-exhausted", code })
+    }
+    return Effect.gen(function*() {
+      const asked = yield* Backoff.retryAfterWithin(retryAfter, { min: RETRY_AFTER_MIN, max: settings.retryAfterMax })
+      const dueAt = yield* Option.match(asked, {
+        onNone: () => Backoff.nextAttemptAt(settings.backoff, row.attempt),
+        onSome: (delay) => Effect.map(Clock.currentTimeMillis, (now) => new Date(now + Duration.toMillis(delay)))
+      })
+      return { _tag: "Retry", code, dueAt } satisfies Decision
+    })
+  }
+  switch (outcome._tag) {
+    case "Delivered":
+      return Effect.succeed({ _tag: "Delivered" })
+    case "Rejected":
+      return outcome.status === 429
+        ? retry("provider-429", outcome.retryAfter)
+        : Effect.succeed({ _tag: "Dead", reason: "rejected", code: outcome.code })
+    case "Temporary":
+    case "Ambiguous":
+      return retry(outcome.code, outcome.retryAfter)
+    case "NotSent":
+      return retry(outcome.code, undefined)
+  }
+}
+
+export interface Recorded {
+  readonly delivered: number
+  readonly retried: number
+  readonly dead: number
+  readonly lost: number
+}
+
+/**
+ * Records a batch of decisions: at most one UPDATE ... FROM unnest(...) per outcome kind, each row
+ * fenced by its claimed attempt. A row that moved on (a newer lease) is not touched and is logged
+ * as LeaseLost by `fencedBatch`; the late owner records nothing for it.
+ */
+export const record = (
+  repo: DeliveryRepo,
+  decided: ReadonlyArray<readonly [ClaimedRow, Decision]>
+) =>
+  Effect.gen(function*() {
+    const now = new Date(yield* Clock.currentTimeMillis)
+    const of = <T extends Decision["_tag"]>(tag: T) =>
+      decided.filter((entry): entry is readonly [ClaimedRow, Extract<Decision, { _tag: T }>] => entry[1]._tag === tag)
+    const claims = (rows: ReadonlyArray<readonly [ClaimedRow, Decision]>) =>
+      rows.map(([row]) => ({ id: row.id, attempt: row.attempt }))
+    const delivered = of("Delivered")
+    const retried = of("Retry")
+    const dead = of("Dead")
+
+    const results = yield* Effect.all([
+      delivered.length === 0 ? Effect.succeed({ moved: [], lost: [] }) : fencedBatch(
+        repo.markDelivered({ ids: delivered.map(([r]) => r.id), attempts: delivered.map(([r]) => r.attempt), now }),
+        "outbox_messages",
+        claims(delivered)
+      ),
+      retried.length === 0 ? Effect.succeed({ moved: [], lost: [] }) : fencedBatch(
+        repo.markRetry({
+          ids: retried.map(([r]) => r.id),
+          attempts: retried.map(([r]) => r.attempt),
+          dueAts: retried.map(([, d]) => d.dueAt),
+          codes: retried.map(([, d]) => d.code)
+        }),
+        "outbox_messages",
+        claims(retried)
+      ),
+      dead.length === 0 ? Effect.succeed({ moved: [], lost: [] }) : fencedBatch(
+        repo.markDead({
+          ids: dead.map(([r]) => r.id),
+          attempts: dead.map(([r]) => r.attempt),
+          reasons: dead.map(([, d]) => d.reason),
+          codes: dead.map(([, d]) => d.code),
+          now
+        }),
+        "outbox_messages",
+        claims(dead)
+      )
+    ], { concurrency: "unbounded" })
+    const [d, r, x] = results
+    return {
+      delivered: d.moved.length,
+      retried: r.moved.length,
+      dead: x.moved.length,
+      lost: d.lost.length + r.lost.length + x.lost.length
+    } satisfies Recorded
+  })

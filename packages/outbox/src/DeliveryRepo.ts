@@ -1,0 +1,142 @@
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Schema } from "effect"
+import { orDieIfMissing, storage } from "./Storage.ts"
+
+// The worker's SQL: peek, claim, and the fenced outcome transitions. Private to the package; times
+// are parameters from Effect's Clock (TestClock drives leases and backoff), never the database's now().
+
+/** What a claim hands the worker: `attempt` is the fence of every later transition of this row. */
+export const ClaimedRow = Schema.Struct({
+  id: Schema.String,
+  tenant: Schema.String,
+  project: Schema.String,
+  attempt: Schema.Number,
+  attempt_ceiling: Schema.Number,
+  envelope: Schema.String,
+  endpoint: Schema.NullOr(Schema.String)
+})
+export type ClaimedRow = typeof ClaimedRow.Type
+
+/** The ids a fenced transition moved, as one array: cheaper to read back than a row per id. */
+const Moved = Schema.Struct({ ids: Schema.Array(Schema.String) })
+
+export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outbox/DeliveryRepo", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    // Tenants of the next due rows, so the rate of each can be checked before anything is claimed.
+    const peekDue = SqlSchema.findAll({
+      Request: Schema.Struct({ now: Schema.DateFromSelf, blocked: Schema.Array(Schema.String), limit: Schema.Number }),
+      Result: Schema.Struct({ tenant: Schema.String, due: Schema.Number }),
+      execute: (r) => sql`
+        SELECT tenant, count(*)::int AS due FROM (
+          SELECT tenant FROM outbox_messages
+          WHERE state IN ('pending', 'delivering') AND due_at <= ${r.now} AND tenant <> ALL(${r.blocked}::text[])
+          ORDER BY due_at LIMIT ${r.limit}
+        ) next GROUP BY tenant`.withoutTransform
+    })
+
+    // Claim = lease (DESIGN): select with SKIP LOCKED and a LIMIT, and in the same statement take the
+    // lease and increment the attempt. An expired lease is just a due row in state 'delivering'.
+    const claim = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenant: Schema.String, limit: Schema.Number, now: Schema.DateFromSelf,
+        leaseUntil: Schema.DateFromSelf, owner: Schema.String
+      }),
+      Result: ClaimedRow,
+      // `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the planner's statistics say.
+      execute: (r) => sql`
+        WITH due AS (
+          SELECT id FROM outbox_messages
+          WHERE tenant = ${r.tenant} AND state IN ('pending', 'delivering') AND due_at <= ${r.now}
+          ORDER BY due_at LIMIT ${r.limit}
+          FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+          UPDATE outbox_messages m
+          SET state = 'delivering', attempt = m.attempt + 1, due_at = ${r.leaseUntil}, lease_owner = ${r.owner}
+          WHERE m.id = ANY(ARRAY(SELECT id FROM due))
+          RETURNING m.id, m.tenant, m.project, m.attempt, m.attempt_ceiling
+        )
+        SELECT c.id, c.tenant, c.project, c.attempt, c.attempt_ceiling, e.envelope, t.endpoint
+        FROM claimed c JOIN outbox_envelopes e ON e.id = c.id
+          LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project`.withoutTransform
+    })
+
+    /**
+     * The fence of a batch: each row's id together with the attempt it was claimed under, grouped by
+     * attempt so the statement stays on the primary key: `(attempt = 1 AND id = ANY(...)) OR ...`.
+     */
+    const fence = (ids: ReadonlyArray<string>, attempts: ReadonlyArray<number>) => {
+      // sql.or([]) is "1=1": an empty fence must match nothing, never every leased row.
+      if (ids.length === 0) return sql`false`
+      const byAttempt = new Map<number, Array<string>>()
+      ids.forEach((id, i) => {
+        const group = byAttempt.get(attempts[i]!)
+        if (group === undefined) byAttempt.set(attempts[i]!, [id])
+        else group.push(id)
+      })
+      return sql.or([...byAttempt].map(([attempt, group]) => sql`(m.attempt = ${attempt} AND m.id = ANY(${group}::uuid[]))`))
+    }
+
+    // The fenced transitions, batched: one statement per outcome kind per tick. Each row carries its
+    // claimed attempt; a row whose attempt moved on (a newer lease) is simply not returned.
+    const markDelivered = SqlSchema.single({
+      Request: Schema.Struct({ ids: Schema.Array(Schema.String), attempts: Schema.Array(Schema.Number), now: Schema.DateFromSelf }),
+      Result: Moved,
+      execute: (r) => sql`
+        WITH moved AS (
+          UPDATE outbox_messages m
+          SET state = 'delivered', delivered_at = ${r.now}, due_at = NULL, lease_owner = NULL, last_error = NULL
+          WHERE m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
+          RETURNING m.id
+        )
+        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+    })
+
+    const markRetry = SqlSchema.single({
+      Request: Schema.Struct({
+        ids: Schema.Array(Schema.String), attempts: Schema.Array(Schema.Number),
+        dueAts: Schema.Array(Schema.DateFromSelf), codes: Schema.Array(Schema.String)
+      }),
+      Result: Moved,
+      execute: (r) => sql`
+        WITH moved AS (
+          UPDATE outbox_messages m
+          SET state = 'pending', due_at = c.due_at, lease_owner = NULL, last_error = c.code
+          FROM unnest(${r.ids}::uuid[], ${r.dueAts}::timestamptz[], ${r.codes}::text[]) AS c(id, due_at, code)
+          WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
+          RETURNING m.id
+        )
+        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+    })
+
+    const markDead = SqlSchema.single({
+      Request: Schema.Struct({
+        ids: Schema.Array(Schema.String), attempts: Schema.Array(Schema.Number),
+        reasons: Schema.Array(Schema.String), codes: Schema.Array(Schema.String), now: Schema.DateFromSelf
+      }),
+      Result: Moved,
+      execute: (r) => sql`
+        WITH moved AS (
+          UPDATE outbox_messages m
+          SET state = 'dead', dead_at = ${r.now}, dead_reason = c.reason, due_at = NULL, lease_owner = NULL,
+            last_error = c.code
+          FROM unnest(${r.ids}::uuid[], ${r.reasons}::text[], ${r.codes}::text[]) AS c(id, reason, code)
+          WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
+          RETURNING m.id
+        )
+        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+    })
+
+    return {
+      peekDue: (r: Parameters<typeof peekDue>[0]) => storage("peekDue")(peekDue(r)),
+      claim: (r: Parameters<typeof claim>[0]) => storage("claim")(claim(r)),
+      markDelivered: (r: Parameters<typeof markDelivered>[0]) =>
+        storage("markDelivered")(Effect.map(orDieIfMissing(markDelivered(r)), (row) => row.ids)),
+      markRetry: (r: Parameters<typeof markRetry>[0]) =>
+        storage("markRetry")(Effect.map(orDieIfMissing(markRetry(r)), (row) => row.ids)),
+      markDead: (r: Parameters<typeof markDead>[0]) =>
+        storage("markDead")(Effect.map(orDieIfMissing(markDead(r)), (row) => row.ids))
+    }
+  })
+}) {}

@@ -1,0 +1,241 @@
+import { RateLimiter } from "@effect/experimental"
+import { leaseDeadline, ProviderHttp, workerLayer } from "@delivery/core"
+import { KeySource, type TenantId } from "@delivery/signer"
+import { Clock, Duration, Effect, Either, Exit, Layer } from "effect"
+import { randomBytes } from "node:crypto"
+import { hostname } from "node:os"
+import { type Decision, decide, interrupted, record } from "./Delivery.ts"
+import { OutboxSettings, type Settings } from "./OutboxConfig.ts"
+import { type ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
+import { httpSender, OutboxSender, type SendOutcome } from "./Sender.ts"
+import { WebhookSigner } from "./WebhookSignature.ts"
+
+export interface TickResult {
+  readonly claimed: number
+  readonly delivered: number
+  readonly retried: number
+  readonly dead: number
+  readonly lost: number
+  /** Tenants skipped this tick because their delivery rate is spent. */
+  readonly rateLimited: number
+}
+
+const deliveredDecision: Decision = { _tag: "Delivered" }
+
+/** A tenant and how many of its rows a claim may take (the rate tokens consumed for them). */
+interface Grant {
+  readonly tenant: string
+  readonly tokens: number
+}
+
+/** How long a claim loop keeps claiming for the tenants it found due before it looks again. */
+const PEEK_EVERY_MS = 200
+
+/** The spec 000 delivery key: same sync policy as ingest, a key of its own per tenant. */
+export const deliveryRateKey = (tenant: string) => `tenant-scheduler-delivery:${tenant}`
+
+/**
+ * One delivery cycle, in the order spec 000 asks for: cancellation and rate are checked before a
+ * lease is taken, so an exhausted rate leaves rows `pending`; then claim (≤ batch, ≤ 100), deliver
+ * within the cycle timeout, and record every outcome with fenced, batched transitions.
+ */
+export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/outbox/OutboxDelivery", {
+  dependencies: [DeliveryRepo.Default],
+  effect: Effect.gen(function*() {
+    const repo = yield* DeliveryRepo
+    const sender = yield* OutboxSender
+    const limiter = yield* RateLimiter.RateLimiter
+    const settings = yield* OutboxSettings
+    const { limit, window } = settings.syncPolicy
+    // Tenants whose rate is spent, until when (epoch ms): the peek looks past their rows so they
+    // cannot starve other tenants, and their rows stay pending.
+    const blocked = new Map<string, number>()
+
+    /** Tokens granted (one per envelope to claim); 0 when the tenant's window is spent. */
+    const admit = (tenant: string, wanted: number, now: number) =>
+      limiter.consume({
+        key: deliveryRateKey(tenant),
+        limit,
+        window,
+        tokens: Math.min(wanted, limit),
+        algorithm: "fixed-window",
+        onExceeded: "fail"
+      }).pipe(
+        Effect.as(Math.min(wanted, limit)),
+        Effect.catchAll((error) => {
+          // A store outage fails closed for this tick: nothing is claimed, nothing is stranded.
+          const retryMs = error instanceof RateLimiter.RateLimitExceeded
+            ? Math.max(1, Duration.toMillis(error.retryAfter))
+            : 1_000
+          blocked.set(tenant, now + retryMs)
+          return Effect.logDebug("outbox delivery rate spent; rows stay pending").pipe(
+            Effect.annotateLogs({ tenant, reason: error.reason }),
+            Effect.as(0)
+          )
+        })
+      )
+
+    // `concurrency` lanes, each sending one row after another: no fiber per row, and interrupting the
+    // lanes aborts exactly the requests in flight.
+    const deliverAll = (rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) => {
+      let next = 0
+      const lane = Effect.gen(function*() {
+        while (next < rows.length) {
+          const row = rows[next++]!
+          const outcome = yield* sender.send({
+            id: row.id,
+            // Checked against the id pattern when the envelope was enqueued.
+            tenant: row.tenant as TenantId,
+            project: row.project,
+            endpoint: row.endpoint,
+            body: row.envelope,
+            attempt: row.attempt
+          })
+          outcomes.set(row.id, outcome)
+        }
+      })
+      const lanes = Array.from({ length: Math.min(settings.concurrency, rows.length) }, () => lane)
+      return Effect.all(lanes, { concurrency: "unbounded", discard: true }).pipe(Effect.timeout(settings.cycleTimeout))
+    }
+
+    // Which tenants each claim loop last found due, while its claims come back full: the next tick
+    // checks their rate and claims again without peeking first. Re-peeked at least every PEEK_EVERY,
+    // so other tenants and earlier rows are seen; a short claim or a spent rate ends the plan at once.
+    const plans = new Map<string, { readonly grants: ReadonlyArray<Grant>; readonly until: number }>()
+
+    const peek = (now: number) =>
+      Effect.map(
+        repo.peekDue({ now: new Date(now), blocked: [...blocked.keys()], limit: settings.batchSize }),
+        (due) => due.map(({ due: count, tenant }): Grant => ({ tenant, tokens: count }))
+      )
+
+    /** Rate first (spec 000): only what the tenant's delivery rate admits is claimed, at most the batch size. */
+    const admitAll = (wanted: ReadonlyArray<Grant>, now: number) =>
+      Effect.gen(function*() {
+        const grants: Array<Grant> = []
+        let budget = settings.batchSize
+        let refused = 0
+        for (const { tenant, tokens: count } of wanted) {
+          if (budget === 0) break
+          const tokens = blocked.has(tenant) ? 0 : yield* admit(tenant, Math.min(count, budget), now)
+          if (tokens > 0) grants.push({ tenant, tokens })
+          else refused += 1
+          budget -= tokens
+        }
+        return { grants, refused }
+      })
+
+    const tick = Effect.fn("OutboxDelivery.tick")(function*(owner: string) {
+      const now = yield* Clock.currentTimeMillis
+      for (const [tenant, until] of blocked) if (until <= now) blocked.delete(tenant)
+      const plan = plans.get(owner)
+      plans.delete(owner)
+      let { grants, refused: rateLimited } = plan !== undefined && plan.until > now
+        ? yield* admitAll(plan.grants, now)
+        : { grants: [], refused: 0 }
+      if (grants.length === 0) {
+        const fresh = yield* admitAll(yield* peek(now), now)
+        grants = fresh.grants
+        rateLimited += fresh.refused
+      }
+      if (grants.length === 0) return { claimed: 0, delivered: 0, retried: 0, dead: 0, lost: 0, rateLimited }
+
+      // From the first claim on, interruption (shutdown) can only reach the deliveries: every
+      // claimed row is then recorded, fenced, as an ambiguous attempt, never as delivered.
+      return yield* Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          const leaseUntil = yield* leaseDeadline(settings.lease)
+          const rows: Array<ClaimedRow> = []
+          let full = true
+          for (const grant of grants) {
+            const claimed = yield* repo.claim({ tenant: grant.tenant, limit: grant.tokens, now: new Date(now), leaseUntil, owner })
+            full &&= claimed.length === grant.tokens
+            rows.push(...claimed)
+          }
+          if (full) plans.set(owner, { grants, until: now + PEEK_EVERY_MS })
+          // attempt > ceiling: the previous owner's lease expired on the last allowed attempt.
+          const exhausted = rows.filter((row) => row.attempt > row.attempt_ceiling)
+          const sendable = rows.filter((row) => row.attempt <= row.attempt_ceiling)
+          const outcomes = new Map<string, SendOutcome>()
+          const exit = yield* Effect.exit(restore(deliverAll(sendable, outcomes)))
+          const decided: Array<readonly [ClaimedRow, Decision]> = exhausted.map((row) =>
+            [row, { _tag: "Dead", reason: "attempts-exhausted", code: "lease-expired" }] as const
+          )
+          for (const row of sendable) {
+            const outcome = outcomes.get(row.id) ?? interrupted
+            decided.push([row, outcome._tag === "Delivered" ? deliveredDecision : yield* decide(outcome, row, settings)])
+          }
+          const recording = record(repo, decided)
+          // At shutdown a failed write must not pass silently (DESIGN: cleanup failure exits non-zero);
+          // the rows are still safe, their leases expire and another worker takes them.
+          const recorded = yield* (Exit.isInterrupted(exit) ? Effect.orDie(recording) : recording)
+          return { claimed: rows.length, ...recorded, rateLimited }
+        })
+      )
+    })
+
+    return { tick } as const
+  })
+}) {}
+
+/** A claim loop: a full batch goes again at once; otherwise, and after a failure, it waits the poll interval. */
+const claimLoop = (delivery: OutboxDelivery, index: number) =>
+  Effect.gen(function*() {
+    const settings = yield* OutboxSettings
+    // Shows up as lease_owner: which process and loop holds a row. Never part of the fence.
+    const owner = `${hostname().slice(0, 40)}:${process.pid}:${index}:${randomBytes(4).toString("hex")}`
+    while (true) {
+      const result = yield* Effect.either(delivery.tick(owner))
+      if (Either.isLeft(result)) {
+        yield* Effect.logWarning("outbox delivery tick failed; waiting for the next one").pipe(
+          Effect.annotateLogs({ error: result.left._tag })
+        )
+      } else if (result.right.claimed >= settings.batchSize) {
+        yield* Effect.yieldNow()
+        continue
+      }
+      yield* Effect.sleep(settings.pollInterval)
+    }
+  })
+
+/** All claim loops of this process. */
+export const deliveryLoop = Effect.gen(function*() {
+  const delivery = yield* OutboxDelivery
+  const { claimers } = yield* OutboxSettings
+  yield* Effect.forEach(Array.from({ length: claimers }, (_, i) => i), (i) => claimLoop(delivery, i), {
+    concurrency: "unbounded",
+    discard: true
+  })
+})
+
+export const WORKER_NAME = "outbox-delivery"
+
+/**
+ * The worker with its sender and rate store left open: tests and the benchmark pass a no-op or
+ * HTTP sender; a deployment of many processes passes a shared (Redis) `RateLimiterStore`.
+ */
+export const outboxWorkerLayer = workerLayer(WORKER_NAME, deliveryLoop).pipe(
+  Layer.provide(OutboxDelivery.Default),
+  Layer.provide(RateLimiter.layer)
+)
+
+/** The real sender: the provider adapter over fetch, webhook signatures by the tenant's active key. */
+export const HttpSenderLive = httpSender.pipe(
+  Layer.provide(WebhookSigner.Default),
+  Layer.provide(ProviderHttp.ProviderHttp.layerFetch)
+)
+
+/**
+ * The backend role's worker (`BackendWorkers`): HTTP sender, webhook signatures through the
+ * configured key source (the same `KeySource.layerFromConfig` the backend's Signer uses, so one
+ * instance), `Signer` from the backend's services, an in-process rate store.
+ */
+export const outboxWorkerLive = (settings: Settings) =>
+  outboxWorkerLayer.pipe(
+    Layer.provide(HttpSenderLive),
+    Layer.provide(KeySource.layerFromConfig),
+    Layer.provide(RateLimiter.layerStoreMemory),
+    Layer.provide(Layer.succeed(OutboxSettings, settings)),
+    // A key list that does not parse already stopped start-up in the Signer: unreachable here.
+    Layer.orDie
+  )

@@ -1,0 +1,71 @@
+import { ProviderHttp } from "@delivery/core"
+import type { TenantId } from "@delivery/signer"
+import { Context, Data, Effect, Layer } from "effect"
+import { OutboxSettings } from "./OutboxConfig.ts"
+import { WebhookSigner } from "./WebhookSignature.ts"
+
+/** One attempt of one claimed row. */
+export interface Delivery {
+  readonly id: string
+  readonly tenant: TenantId
+  readonly project: string
+  /** Null when the target was removed after enqueue. */
+  readonly endpoint: string | null
+  /** The signed envelope as stored (RFC 8785 JSON): the exact body. */
+  readonly body: string
+  readonly attempt: number
+}
+
+/** The attempt was not made at all, for a reason of ours rather than the receiver's. */
+export class NotSent extends Data.TaggedClass("NotSent")<{
+  readonly code: "webhook-key-unavailable" | "target-missing"
+}> {}
+
+export type SendOutcome = ProviderHttp.ProviderOutcome | NotSent
+
+/**
+ * The network sender port (spec 000: "a deployment must explicitly inject its ... network sender").
+ * `send` never fails: every way an attempt can end is an outcome. Interrupting it aborts the request.
+ */
+export class OutboxSender extends Context.Tag("@delivery/outbox/OutboxSender")<OutboxSender, {
+  readonly send: (delivery: Delivery) => Effect.Effect<SendOutcome>
+}>() {}
+
+const delivered = new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 })
+
+/** Acknowledges everything without any I/O: the benchmark's no-op job. */
+export const noopSender = Layer.succeed(OutboxSender, { send: () => Effect.succeed(delivered) })
+
+/**
+ * POSTs the signed envelope with the Standard Webhooks headers through the one provider adapter:
+ * no redirects, `Idempotency-Key` = `webhook-id` = the message id (stable across retries and
+ * redrive), a bounded request timeout, and the adapter's outcome classification.
+ */
+export const httpSender = Layer.effect(
+  OutboxSender,
+  Effect.gen(function*() {
+    const provider = yield* ProviderHttp.ProviderHttp
+    const webhooks = yield* WebhookSigner
+    const { requestTimeout } = yield* OutboxSettings
+    const send = (delivery: Delivery): Effect.Effect<SendOutcome> => {
+      // Validated (ProviderEndpoint.parse) when the operator registered it.
+      if (delivery.endpoint === null) return Effect.succeed(new NotSent({ code: "target-missing" }))
+      const endpoint = delivery.endpoint as ProviderHttp.ProviderEndpoint
+      return webhooks.headers(delivery.tenant, delivery.id, delivery.body).pipe(
+        Effect.matchEffect({
+          onFailure: () => Effect.succeed(new NotSent({ code: "webhook-key-unavailable" })),
+          onSuccess: (headers) =>
+            provider.send({
+              endpoint,
+              idempotencyKey: delivery.id,
+              body: delivery.body,
+              contentType: "application/json",
+              headers,
+              timeout: requestTimeout
+            })
+        })
+      )
+    }
+    return { send }
+  })
+)

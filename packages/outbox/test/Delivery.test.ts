@@ -1,0 +1,263 @@
+import { expect, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
+import { ProviderHttp } from "@delivery/core"
+import { verifyEnvelopeSignature } from "@delivery/signer"
+import { connect, LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
+import { Deferred, Duration, Effect, Fiber, Layer, TestClock, TestContext } from "effect"
+import { sign } from "node:crypto"
+import { readFileSync } from "node:fs"
+import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
+import { Outbox, OutboxSender, OutboxSettings, WebhookSignature } from "../src/index.ts"
+import { deliveryWith, publicKeyOf, request, resetOutbox, rowOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
+
+/**
+ * The receiver's check, written from the Standard Webhooks 1.0.0 text alone (not from our module):
+ * "The content to be signed is `{msg_id}.{timestamp}.{payload}`"; asymmetric signatures are
+ * ed25519, serialized as `v1a,` + base64; `webhook-signature` is a space-delimited list; verify the
+ * timestamp against a tolerance. WebCrypto with a raw key, so no code is shared with the sender.
+ */
+const verifyV1a = async (headers: Readonly<Record<string, string>>, body: string, rawKey: Uint8Array, nowSeconds: number) => {
+  const id = headers["webhook-id"]!
+  const timestamp = headers["webhook-timestamp"]!
+  if (!/^[0-9]+$/.test(timestamp) || Math.abs(nowSeconds - Number(timestamp)) > 300) return false
+  const key = await crypto.subtle.importKey("raw", rawKey.slice(), { name: "Ed25519" }, false, ["verify"])
+  const content = new TextEncoder().encode(`${id}.${timestamp}.${body}`)
+  for (const entry of headers["webhook-signature"]!.split(" ")) {
+    const comma = entry.indexOf(",")
+    if (entry.slice(0, comma) !== "v1a") continue
+    if (await crypto.subtle.verify({ name: "Ed25519" }, key, Buffer.from(entry.slice(comma + 1), "base64"), content)) return true
+  }
+  return false
+}
+
+const delivered = new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 })
+const noop = Layer.succeed(OutboxSender, { send: () => Effect.succeed(delivered) })
+const withTestClock = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.provide(effect, TestContext.TestContext)
+
+const setup = (tenant: string, project = "web") =>
+  Effect.gen(function*() {
+    yield* resetOutbox
+    const receiver = yield* LoopbackProvider
+    yield* receiver.reset
+    yield* setupTenant(tenant, project, receiver.urlFor(`/hooks/${tenant}`))
+    return { receiver, outbox: yield* Outbox }
+  })
+
+layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, real PostgreSQL and a loopback receiver)", (it) => {
+  it.effect("Deliver: POSTs the signed envelope to the registered target with a stable Idempotency-Key and the Standard Webhooks headers; the v1a signature verifies with an independent check written from the spec", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("acme")
+      const { envelope, message } = yield* outbox.enqueue(request("acme", "web"))
+      const tick = yield* (yield* deliveryWith("http")).tick("w1")
+      expect(tick).toMatchObject({ claimed: 1, delivered: 1, lost: 0 })
+      const [sent] = yield* receiver.requests
+      expect(sent).toMatchObject({ method: "POST", path: "/hooks/acme", idempotencyKey: message.id })
+      expect(sent!.headers["content-type"]).toMatch(/^application\/json/)
+      expect(sent!.headers["webhook-id"]).toBe(message.id)
+      // The body is the signed envelope, byte for byte, and its own signature verifies too.
+      expect(JSON.parse(sent!.bodyText)).toEqual(envelope)
+      expect(verifyEnvelopeSignature(JSON.parse(sent!.bodyText), publicKeyOf(1))).toBe(true)
+      const now = Math.floor(Date.now() / 1000)
+      expect(yield* Effect.promise(() => verifyV1a(sent!.headers, sent!.bodyText, publicKeyOf(1), now))).toBe(true)
+      expect(yield* Effect.promise(() => verifyV1a(sent!.headers, sent!.bodyText + " ", publicKeyOf(1), now))).toBe(false)
+      expect(yield* Effect.promise(() => verifyV1a(sent!.headers, sent!.bodyText, publicKeyOf(2), now))).toBe(false)
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 1, last_error: null, lease_owner: null })
+    }))
+
+  it.effect("docs/controlplane-outbound.md's worked example: the documented v1a signature is what the tenant key signs, and both verifiers accept it", () =>
+    Effect.gen(function*() {
+      const doc = readFileSync(new URL("../../../docs/controlplane-outbound.md", import.meta.url), "utf8")
+      const block = (name: string) => new RegExp("```text " + name + "\\n([^\\n]*)\\n```").exec(doc)![1]!
+      const [id, timestamp, body, header, whpk] = ["webhook-id", "webhook-timestamp", "webhook-body", "webhook-signature", "webhook-public-key"].map(block)
+      const key = privateKeyFromSeed(new Uint8Array(Array.from({ length: 32 }, (_, i) => i)))
+      expect(whpk).toBe(WebhookSignature.formatPublicKey(rawPublicKey(key)))
+      expect(header).toBe(WebhookSignature.formatSignature(new Uint8Array(sign(null, WebhookSignature.signedContent(id!, Number(timestamp), body!), key))))
+      const raw = Buffer.from(whpk!.slice(5), "base64")
+      const headers = { "webhook-id": id!, "webhook-timestamp": timestamp!, "webhook-signature": header! }
+      expect(yield* Effect.promise(() => verifyV1a(headers, body!, raw, Number(timestamp)))).toBe(true)
+      expect(WebhookSignature.verifyWebhook({
+        id: id!, timestamp: timestamp!, body: body!, signatureHeader: header!, publicKeys: [raw], nowSeconds: Number(timestamp), toleranceSeconds: 300
+      })).toBe(true)
+    }))
+
+  it.effect("Claim: at most 100 due rows per claim, FOR UPDATE SKIP LOCKED, the attempt incremented in the claim itself; OUTBOX_BATCH_SIZE above 100 is refused", () =>
+    Effect.gen(function*() {
+      const { outbox } = yield* setup("acme")
+      for (let i = 0; i < 130; i++) yield* outbox.enqueue(request("acme", "web"))
+      const sql = yield* SqlClient.SqlClient
+      const tick = yield* (yield* deliveryWith(noop)).tick("w1")
+      expect(tick.claimed).toBe(100)
+      const states = yield* sql<{ state: string; attempt: number; n: number }>`
+        SELECT state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY state, attempt ORDER BY state`
+      expect(states).toEqual([{ state: "delivered", attempt: 1, n: 100 }, { state: "pending", attempt: 0, n: 30 }])
+      const refused = yield* Effect.flip(OutboxSettings.pipe(Effect.provide(OutboxSettings.fromMap({ OUTBOX_BATCH_SIZE: "101" }))))
+      expect(String(refused)).toContain("OUTBOX_BATCH_SIZE")
+    }))
+
+  it.effect("4xx is rejected (permanent): dead letter at once with the stable code, never retried; 429 is retried instead", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("acme")
+      const rejected = (yield* outbox.enqueue(request("acme", "web"))).message
+      const throttled = (yield* outbox.enqueue(request("acme", "web"))).message
+      yield* receiver.script(
+        { key: rejected.id, reply: LoopbackReply.status(404, { body: "secret receiver detail" }) },
+        { key: throttled.id, reply: LoopbackReply.status(429) }
+      )
+      yield* (yield* deliveryWith("http")).tick("w1")
+      expect(yield* rowOf(rejected.id)).toMatchObject({ state: "dead", dead_reason: "rejected", last_error: "provider-4xx", attempt: 1 })
+      expect(yield* rowOf(throttled.id)).toMatchObject({ state: "pending", last_error: "provider-429", attempt: 1 })
+      const sql = yield* SqlClient.SqlClient
+      const leaked = yield* sql`SELECT 1 FROM outbox_messages WHERE row_to_json(outbox_messages)::text LIKE '%secret receiver%'`
+      expect(leaked).toEqual([])
+    }))
+
+  it.effect("5xx is temporary, a dropped connection and a timeout are ambiguous: each is retried with backoff until the caller-set maximum attempts, then dead-lettered", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("acme")
+      const { message } = yield* outbox.enqueue(request("acme", "web", { maxAttempts: 3 }))
+      yield* receiver.script(
+        { key: message.id, times: 1, reply: LoopbackReply.status(503) },
+        { key: message.id, times: 1, reply: LoopbackReply.drop() },
+        { key: message.id, times: 1, reply: LoopbackReply.hang() }
+      )
+      const delivery = yield* deliveryWith("http", { OUTBOX_BACKOFF_BASE: "1 millis", OUTBOX_BACKOFF_CAP: "1 millis" })
+      const codes: Array<unknown> = []
+      for (let i = 0; i < 3; i++) {
+        yield* Effect.sleep("5 millis")
+        yield* delivery.tick("w1")
+        codes.push((yield* rowOf(message.id)).last_error)
+      }
+      expect(codes).toEqual(["provider-5xx", "provider-connection-dropped", "provider-timeout"])
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "dead", dead_reason: "attempts-exhausted", attempt: 3 })
+      expect((yield* receiver.requests).map((r) => r.idempotencyKey)).toEqual([message.id, message.id, message.id])
+      // Dead is final for the worker: nothing is claimed again.
+      yield* Effect.sleep("5 millis")
+      expect((yield* delivery.tick("w1")).claimed).toBe(0)
+    }))
+
+  it.effect("backoff (TestClock): capped exponential from core, not claimable before it is due; a receiver's Retry-After is honoured within bounds", () =>
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const { outbox, receiver } = yield* setup("acme")
+      const { message } = yield* outbox.enqueue(request("acme", "web", { maxAttempts: 10 }))
+      yield* receiver.script({ key: message.id, times: 4, reply: LoopbackReply.status(500) })
+      const delivery = yield* deliveryWith("http", {
+        OUTBOX_BACKOFF_BASE: "1 second", OUTBOX_BACKOFF_CAP: "4 seconds", OUTBOX_BACKOFF_JITTER: "0", OUTBOX_RETRY_AFTER_MAX: "30 seconds"
+      })
+      const delays: Array<number> = []
+      for (let i = 0; i < 4; i++) {
+        const claimedAt = yield* TestClock.currentTimeMillis
+        expect((yield* delivery.tick("w1")).claimed).toBe(1)
+        const due = (yield* rowOf(message.id)).due_at!.getTime()
+        delays.push(due - claimedAt)
+        yield* TestClock.setTime(due - 1)
+        expect((yield* delivery.tick("w1")).claimed).toBe(0)
+        yield* TestClock.setTime(due)
+      }
+      expect(delays).toEqual([1000, 2000, 4000, 4000])
+      // Retry-After wins over backoff, clamped to [1 second, OUTBOX_RETRY_AFTER_MAX].
+      yield* receiver.script(
+        { key: message.id, times: 1, reply: LoopbackReply.status(503, { retryAfter: "7" }) },
+        { key: message.id, times: 1, reply: LoopbackReply.status(429, { retryAfter: "86400" }) }
+      )
+      for (const expected of [7_000, 30_000]) {
+        const claimedAt = yield* TestClock.currentTimeMillis
+        yield* delivery.tick("w1")
+        const row = yield* rowOf(message.id)
+        expect(row.due_at!.getTime() - claimedAt).toBe(expected)
+        yield* TestClock.setTime(row.due_at!.getTime())
+      }
+      yield* delivery.tick("w1")
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 7 })
+    })))
+
+  it.effect("rate: exhaustion leaves rows pending, not delivering, and does not starve another tenant (key tenant-scheduler-delivery:<tenant>)", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("rate-a")
+      yield* setupTenant("rate-b", "web", receiver.urlFor("/hooks/rate-b"))
+      for (let i = 0; i < 8; i++) yield* outbox.enqueue(request("rate-a", "web"))
+      const delivery = yield* deliveryWith(noop, { SYNC_INGEST_LIMIT: "5", SYNC_INGEST_WINDOW: "1 hour" })
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 5, delivered: 5 })
+      for (let i = 0; i < 2; i++) yield* outbox.enqueue(request("rate-b", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 2, rateLimited: 1 })
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 0 })
+      const sql = yield* SqlClient.SqlClient
+      expect(yield* sql`SELECT tenant, state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2, 3 ORDER BY 1, 2`)
+        .toEqual([
+          { tenant: "rate-a", state: "delivered", attempt: 1, n: 5 },
+          { tenant: "rate-a", state: "pending", attempt: 0, n: 3 },
+          { tenant: "rate-b", state: "delivered", attempt: 1, n: 2 }
+        ])
+    }))
+
+  it.effect("an expired lease is claimable again with a higher attempt; the stale owner resumed afterwards cannot move the row (LeaseLost, nothing recorded)", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("stale")
+      const { message } = yield* outbox.enqueue(request("stale", "web"))
+      const entered = yield* Deferred.make<void>()
+      const resume = yield* Deferred.make<void>()
+      const stalled = Layer.succeed(OutboxSender, {
+        send: () => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(resume)), Effect.as(delivered))
+      })
+      // A process suspended past its lease: its cycle timer cannot fire, so only the lease bounds it.
+      const stale = yield* deliveryWith(stalled, {}, {
+        tweak: (s) => ({ ...s, lease: Duration.millis(300), cycleTimeout: Duration.hours(1) })
+      })
+      const first = yield* Effect.fork(stale.tick("stale-owner"))
+      yield* Deferred.await(entered)
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivering", attempt: 1 })
+      const fresh = yield* deliveryWith("http", { OUTBOX_BACKOFF_BASE: "1 hour", OUTBOX_BACKOFF_CAP: "1 hour" })
+      expect((yield* fresh.tick("fresh-owner")).claimed).toBe(0)
+      yield* Effect.sleep("350 millis")
+      yield* receiver.script({ key: message.id, reply: LoopbackReply.status(500) })
+      expect(yield* fresh.tick("fresh-owner")).toMatchObject({ claimed: 1, retried: 1 })
+      const taken = yield* rowOf(message.id)
+      expect(taken).toMatchObject({ state: "pending", attempt: 2, last_error: "provider-5xx" })
+      yield* Deferred.succeed(resume, undefined)
+      expect(yield* Fiber.join(first)).toMatchObject({ claimed: 1, delivered: 0, lost: 1 })
+      expect(yield* rowOf(message.id)).toEqual(taken)
+    }))
+
+  it.effect("two workers (two pools) on one table never deliver a row twice within a lease", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("acme")
+      for (let i = 0; i < 200; i++) yield* outbox.enqueue(request("acme", "web"))
+      const db = yield* TestDatabase
+      const otherPool = yield* connect(db.url)
+      const settings = { OUTBOX_BATCH_SIZE: "20", OUTBOX_CONCURRENCY: "20" }
+      const a = yield* deliveryWith("http", settings)
+      const b = yield* deliveryWith("http", settings, { sql: otherPool })
+      const drain = (worker: typeof a, owner: string) =>
+        Effect.gen(function*() {
+          let total = 0
+          while (true) {
+            const { claimed } = yield* worker.tick(owner)
+            if (claimed === 0) return total
+            total += claimed
+          }
+        })
+      const [byA, byB] = yield* Effect.all([drain(a, "a"), drain(b, "b")], { concurrency: 2 })
+      expect(byA + byB).toBe(200)
+      const keys = (yield* receiver.requests).map((r) => r.idempotencyKey)
+      expect(keys.length).toBe(200)
+      expect(new Set(keys).size).toBe(200)
+      const sql = yield* SqlClient.SqlClient
+      expect(yield* sql`SELECT state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2`)
+        .toEqual([{ state: "delivered", attempt: 1, n: 200 }])
+    }).pipe(Effect.scoped))
+
+  it.effect("interruption cancels an in-flight delivery: the request is aborted and the attempt is recorded (fenced) as ambiguous, never acknowledged", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("acme")
+      const { message } = yield* outbox.enqueue(request("acme", "web"))
+      yield* receiver.script({ key: message.id, reply: LoopbackReply.hang({ accept: true }) })
+      const delivery = yield* deliveryWith("http", { OUTBOX_REQUEST_TIMEOUT: "1 second" })
+      const fiber = yield* Effect.fork(delivery.tick("w1"))
+      yield* receiver.awaitRequests(1)
+      yield* Fiber.interrupt(fiber)
+      yield* receiver.awaitAborts(1)
+      expect(yield* rowOf(message.id)).toMatchObject({
+        state: "pending", attempt: 1, last_error: "provider-interrupted", lease_owner: null
+      })
+    }))
+})

@@ -1,0 +1,99 @@
+import { expect, layer } from "@effect/vitest"
+import { LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
+import { Effect } from "effect"
+import { join } from "node:path"
+import { spawnBun } from "../../backend/test/support/BackendProcess.ts"
+import { Outbox } from "../src/index.ts"
+import { deliveryWith, request, resetOutbox, rowOf, seedOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
+
+const fixture = join(import.meta.dirname, "fixtures/outbox-worker.ts")
+
+// One row at a time, a request timeout of 2 s and a lease of 3.5 s; retries are an hour away, so the
+// process never touches a row again by itself once it has recorded an outcome.
+const workerEnv = (databaseUrl: string) => ({
+  DATABASE_URL: databaseUrl,
+  SIGNER_KEYS: ["crash", "stale"].map((t) => `${t}:k1:${Buffer.from(seedOf(1)).toString("base64url")}`).join(","),
+  OUTBOX_BATCH_SIZE: "1",
+  OUTBOX_CONCURRENCY: "1",
+  OUTBOX_CLAIMERS: "1",
+  OUTBOX_REQUEST_TIMEOUT: "2 seconds",
+  OUTBOX_CYCLE_TIMEOUT: "3 seconds",
+  OUTBOX_LEASE: "3500 millis",
+  OUTBOX_POLL_INTERVAL: "100 millis",
+  OUTBOX_BACKOFF_BASE: "1 hour",
+  OUTBOX_BACKOFF_CAP: "1 hour"
+})
+const takeoverSettings = { OUTBOX_BACKOFF_BASE: "1 hour", OUTBOX_BACKOFF_CAP: "1 hour" }
+
+const setup = (tenant: string) =>
+  Effect.gen(function*() {
+    yield* resetOutbox
+    const receiver = yield* LoopbackProvider
+    yield* receiver.reset
+    yield* setupTenant(tenant, "web", receiver.urlFor(`/hooks/${tenant}`))
+    const { message } = yield* (yield* Outbox).enqueue(request(tenant, "web"))
+    return { receiver, message, db: yield* TestDatabase }
+  })
+
+/** Sleeps until the row's lease (its due_at while delivering) has passed. */
+const awaitLeaseExpiry = (id: string) =>
+  Effect.flatMap(rowOf(id), (row) => Effect.sleep(Math.max(0, row.due_at!.getTime() - Date.now()) + 100))
+
+layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 000: an expired lease makes a crash recoverable)", (it) => {
+  it.effect("a worker killed mid-delivery (SIGKILL) loses nothing: after lease expiry another worker delivers the row with the same idempotency key", () =>
+    Effect.gen(function*() {
+      const { db, message, receiver } = yield* setup("crash")
+      yield* receiver.script({ key: message.id, times: 1, reply: LoopbackReply.hang() })
+      const worker = yield* spawnBun(fixture, workerEnv(db.url))
+      yield* receiver.awaitRequests(1).pipe(Effect.timeout("30 seconds"))
+      yield* worker.signal("SIGKILL")
+      expect(yield* worker.exitCode()).toBe(137)
+      // Killed in flight: not acknowledged, not lost, still leased.
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivering", attempt: 1 })
+      const takeover = yield* deliveryWith("http", takeoverSettings)
+      expect((yield* takeover.tick("takeover")).claimed).toBe(0)
+      yield* awaitLeaseExpiry(message.id)
+      expect(yield* takeover.tick("takeover")).toMatchObject({ claimed: 1, delivered: 1 })
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 2 })
+      const sent = yield* receiver.requests
+      expect(sent.map((r) => [r.idempotencyKey, r.headers["webhook-id"]])).toEqual([[message.id, message.id], [message.id, message.id]])
+      expect(sent[1]!.bodyText).toBe(sent[0]!.bodyText)
+      expect((yield* receiver.deliveries).length).toBe(1)
+    }).pipe(Effect.scoped))
+
+  it.effect("a stale worker resumed (SIGSTOP, SIGCONT) after its lease was taken over cannot move the row: its late outcome is refused as LeaseLost", () =>
+    Effect.gen(function*() {
+      const { db, message, receiver } = yield* setup("stale")
+      yield* receiver.script(
+        { key: message.id, times: 1, reply: LoopbackReply.hang() },
+        { key: message.id, times: 1, reply: LoopbackReply.status(500) }
+      )
+      const worker = yield* spawnBun(fixture, workerEnv(db.url))
+      yield* receiver.awaitRequests(1).pipe(Effect.timeout("30 seconds"))
+      yield* worker.signal("SIGSTOP")
+      yield* awaitLeaseExpiry(message.id)
+      const takeover = yield* deliveryWith("http", takeoverSettings)
+      expect(yield* takeover.tick("takeover")).toMatchObject({ claimed: 1, retried: 1 })
+      const taken = yield* rowOf(message.id)
+      expect(taken).toMatchObject({ state: "pending", attempt: 2, last_error: "provider-5xx" })
+      // The receiver now answers the stale request too; whatever the stale owner makes of it, it is fenced out.
+      yield* receiver.release(LoopbackReply.status(200))
+      yield* worker.signal("SIGCONT")
+      yield* worker.waitForOutput(/fenced transitions refused: lease lost/)
+      expect(yield* rowOf(message.id)).toEqual(taken)
+      yield* worker.signal("SIGKILL")
+    }).pipe(Effect.scoped))
+
+  it.effect("the worker stops cleanly on SIGTERM: the in-flight delivery is aborted and recorded (fenced) as ambiguous, never acknowledged, and the process exits 0", () =>
+    Effect.gen(function*() {
+      const { db, message, receiver } = yield* setup("crash")
+      yield* receiver.script({ key: message.id, reply: LoopbackReply.hang({ accept: true }) })
+      const worker = yield* spawnBun(fixture, workerEnv(db.url))
+      yield* receiver.awaitRequests(1).pipe(Effect.timeout("30 seconds"))
+      yield* worker.signal("SIGTERM")
+      expect(yield* worker.exitCode()).toBe(0)
+      expect(yield* worker.output).toContain("shutdown: worker outbox-delivery interrupted and joined")
+      expect((yield* receiver.requests)[0]!.clientAborted).toBe(true)
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "pending", attempt: 1, last_error: "provider-interrupted", lease_owner: null })
+    }).pipe(Effect.scoped))
+})
