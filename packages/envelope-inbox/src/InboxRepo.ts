@@ -1,7 +1,7 @@
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Data, Effect, Option, type ParseResult, Predicate, Schema } from "effect"
-import type { AuditOutcome } from "./Domain.ts"
-import type { LockedStream, RetainedIdentity } from "./StreamRules.ts"
+import { type AuditOutcome, ConflictReason } from "./Domain.ts"
+import type { LockedStream } from "./StreamRules.ts"
 
 // SQL only; private to the package. `.withoutTransform` keeps these row shapes whatever name transforms
 // the backend's pool uses. Times are parameters from Effect's Clock, never now(), so tests drive expiry.
@@ -40,19 +40,6 @@ const toStream = (row: typeof StreamRow.Type): LockedStream => ({
   highSequence: row.high_sequence
 })
 
-const IdentityRow = Schema.Struct({
-  sequence: Int8,
-  event_id: Schema.String,
-  idempotency_key: Schema.String,
-  event_identity: Schema.String
-})
-const toIdentity = (row: typeof IdentityRow.Type): RetainedIdentity => ({
-  sequence: row.sequence,
-  eventId: row.event_id,
-  idempotencyKey: row.idempotency_key,
-  eventIdentity: row.event_identity
-})
-
 export interface StreamKey {
   readonly tenant: string
   readonly project: string
@@ -72,18 +59,34 @@ export interface AuditRow {
   readonly correlationId: string
 }
 
-export interface AcceptWrite {
-  readonly streamId: number
+/** What `inbox_ingest` needs: the stream, the incoming identities, the payload and the audit context. */
+export interface IngestWrite {
+  readonly tenant: string
+  readonly project: string
+  readonly producer: string
   readonly sequence: number
   readonly eventId: string
   readonly idempotencyKey: string
   readonly eventIdentity: string
+  /** The whole envelope as RFC 8785 JSON, signature included. */
   readonly envelope: string
-  readonly acceptedAt: Date
+  readonly account: string
+  readonly device: string | null
+  readonly correlationId: string
+  readonly at: Date
   readonly expiresAt: Date
-  readonly cursor: number
-  readonly audit: AuditRow
 }
+
+/** Its answer: `reordered` is an accepted arrival out of order (audit only; the public outcome is `accepted`). */
+const IngestRow = Schema.Union(
+  Schema.Struct({ outcome: Schema.Literal("accepted"), reason: Schema.Literal("accepted", "reordered"), cursor: Int8 }),
+  Schema.Struct({ outcome: Schema.Literal("duplicate"), reason: Schema.Literal("duplicate"), cursor: Int8 }),
+  Schema.Struct({ outcome: Schema.Literal("refused"), reason: ConflictReason, cursor: Int8 })
+)
+export type IngestOutcome = typeof IngestRow.Type
+// Built once: the ingest statement runs on every envelope. Its parameters are already typed values of
+// ours (validated by the envelope stages), so only the row that comes back is decoded.
+const decodeIngestRows = Schema.decodeUnknown(Schema.Tuple(IngestRow))
 
 // Retention deletes at most this many payload rows per statement (spec 000).
 export const RETENTION_BATCH = 1_000
@@ -121,16 +124,6 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
         WHERE tenant = ${r.tenant} AND project = ${r.project} AND producer = ${r.producer}`.withoutTransform
     })
 
-    // The (at most three) retained identities the incoming envelope could collide with.
-    const findIdentities = SqlSchema.findAll({
-      Request: Schema.Struct({ streamId: Schema.Number, eventId: Schema.String, idempotencyKey: Schema.String, sequence: Schema.Number }),
-      Result: IdentityRow,
-      execute: (r) => sql`
-        SELECT sequence, event_id, idempotency_key, event_identity FROM inbox_identities
-        WHERE stream_id = ${r.streamId}
-          AND (event_id = ${r.eventId} OR idempotency_key = ${r.idempotencyKey} OR sequence = ${r.sequence})`.withoutTransform
-    })
-
     // End of the run of retained sequences base+1, base+2, ... (base when there is none): in a run,
     // sequence - row_number() stays equal to base.
     const runEnd = SqlSchema.single({
@@ -148,20 +141,17 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       ${a.eventIdentity}, ${a.outcome}, ${a.reason}, ${a.correlationId})`
     const auditColumns = sql`(recorded_at, tenant, project, producer, account, device, event_identity, outcome, reason, correlation_id)`
 
-    // Spec 000 step 6 in one statement: permanent identity, expiring payload, redacted audit row and the
-    // cursor advance. Data-modifying CTEs run exactly once and commit (or fail) with the transaction.
-    const accept = (w: AcceptWrite) => sql`
-      WITH identity AS (
-        INSERT INTO inbox_identities (stream_id, sequence, event_id, idempotency_key, event_identity, accepted_at)
-        VALUES (${w.streamId}, ${w.sequence}, ${w.eventId}, ${w.idempotencyKey}, ${w.eventIdentity}, ${w.acceptedAt})
-      ), payload AS (
-        INSERT INTO inbox_payloads (stream_id, sequence, envelope, expires_at)
-        VALUES (${w.streamId}, ${w.sequence}, ${w.envelope}, ${w.expiresAt})
-      ), audit AS (
-        INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(w.audit)}
+    // Spec 000 steps 5 and 6 in one statement, so one transaction (migrations/0005_inbox_ingest_function.sql):
+    // lock the stream, check retained identities, replay floor and sequence, then commit identity, payload,
+    // cursor and audit row, or only the audit row of a duplicate or refusal.
+    const ingest = (w: IngestWrite) =>
+      Effect.flatMap(
+        sql`
+        SELECT o_outcome AS outcome, o_reason AS reason, o_cursor AS cursor FROM inbox_ingest(
+          ${w.tenant}, ${w.project}, ${w.producer}, ${w.sequence}, ${w.eventId}, ${w.idempotencyKey}, ${w.eventIdentity},
+          ${w.envelope}, ${w.account}, ${w.device}, ${w.correlationId}, ${w.at}, ${w.expiresAt})`.withoutTransform,
+        (rows) => Effect.map(decodeIngestRows(rows), ([row]) => row)
       )
-      UPDATE inbox_streams SET contiguous_cursor = ${w.cursor}, high_sequence = GREATEST(high_sequence, ${w.sequence})
-      WHERE stream_id = ${w.streamId}`.withoutTransform
 
     const raiseFloor = (r: { readonly streamId: number; readonly floor: number; readonly cursor: number }) => sql`
       UPDATE inbox_streams SET replay_floor = GREATEST(replay_floor, ${r.floor}), contiguous_cursor = ${r.cursor}
@@ -188,10 +178,9 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
     return {
       lockStream: (key: StreamKey, now: Date) => storage("lockStream")(Effect.map(Effect.catchTag(lockStream({ ...key, now }), noRowIsDefect, Effect.die), toStream)),
       findStream: (key: StreamKey) => storage("findStream")(Effect.map(findStream(key), Option.map(toStream))),
-      findIdentities: (r: { streamId: number; eventId: string; idempotencyKey: string; sequence: number }) =>
-        storage("findIdentities")(Effect.map(findIdentities(r), (rows) => rows.map(toIdentity))),
       runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
-      accept: (w: AcceptWrite) => storage("accept")(Effect.asVoid(accept(w))),
+      /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
+      ingest: (w: IngestWrite) => storage("ingest")(ingest(w)),
       insertAudit: (a: AuditRow) => storage("insertAudit")(Effect.asVoid(sql`INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(a)}`.withoutTransform)),
       raiseFloor: (r: { streamId: number; floor: number; cursor: number }) => storage("raiseFloor")(Effect.asVoid(raiseFloor(r))),
       /**

@@ -72,7 +72,7 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000: the inbound checks 
       expect(yield* counts(victim.tenant)).toEqual({ streams: 0, identities: 0, payloads: 0, audit: 0 })
     }))
 
-  it.effect("a valid envelope does its work in order: credential lookup, one key lookup, one signature verification, then one transaction", () =>
+  it.effect("a valid envelope does its work in order: credential lookup, one key lookup, one signature verification, then one transaction in one statement", () =>
     Effect.gen(function* () {
       const p = yield* producer()
       const { keyLookups, result, statements, verifications } = yield* work(post(p.envelope({ sequence: 1 }), p.token))
@@ -82,13 +82,12 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000: the inbound checks 
       expect(shape).toEqual([
         expect.stringContaining("SELECT"), // the device credential
         expect.stringContaining("SELECT"), // the signing key, inside the verified tenant
-        "BEGIN",
-        "INSERT INTO inbox_streams", // creates or locks the stream row
-        "SELECT sequence, event_id,", // retained identities it could collide with
-        "WITH identity AS", // identity, payload, audit and cursor in one statement
-        "COMMIT"
+        // Steps 5 and 6 in one autocommit statement, so one transaction: the stream lock, the identity
+        // checks, then identity, payload, audit and cursor (migrations/0005_inbox_ingest_function.sql).
+        "SELECT o_outcome AS"
       ])
       expect(statements[1]).toContain("signer_keys")
+      expect(statements[2]).toContain("FROM inbox_ingest(")
     }))
 
   it.effect("the outer adapter enforces its body limit before constructing a request: an oversized body is 413 body-too-large before authentication, with no query at all", () =>
