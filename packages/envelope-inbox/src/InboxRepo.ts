@@ -1,5 +1,6 @@
+import { storageErrors } from "@delivery/core"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Data, Effect, Option, type ParseResult, Predicate, Schema } from "effect"
+import { Data, Effect, Option, Predicate, Schema } from "effect"
 import { type AuditOutcome, ConflictReason } from "./Domain.ts"
 import type { LockedStream } from "./StreamRules.ts"
 
@@ -12,17 +13,9 @@ export class StorageFailure extends Data.TaggedError("StorageFailure")<{
   readonly sqlstate: string
 }> {}
 
-type Stored<E> = Exclude<E, SqlError.SqlError | ParseResult.ParseError> | StorageFailure
-
-/** SqlError becomes StorageFailure (only the SQLSTATE is kept: driver messages can quote parameters); a row that does not decode is a bug. */
+/** Database failures become `StorageFailure` (see core's `storageErrors`). */
 export const storage = (operation: string) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Stored<E>, R> =>
-  Effect.catchAll(effect, (error): Effect.Effect<never, Stored<E>> => {
-    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
-    if (!Predicate.isTagged(error, "SqlError")) return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
-    const code = ((error as unknown as SqlError.SqlError).cause as { readonly code?: unknown } | undefined)?.code
-    return Effect.fail(new StorageFailure({ operation, sqlstate: typeof code === "string" ? code : "unknown" }))
-  })
+  storageErrors(operation, (fault) => new StorageFailure(fault))
 
 // node-postgres returns bigint columns as strings; sequences stay below 2^53, so numbers are exact.
 const Int8 = Schema.Union(Schema.Number, Schema.NumberFromString)

@@ -3,7 +3,7 @@ import { HttpBody } from "@effect/platform"
 import { Effect, Redacted, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import { vi } from "vitest"
-import { SqlCounter } from "./support/CountingSql.ts"
+import { SqlCounter } from "@delivery/testing"
 import { auditOf, counts, generousEnv, KeyLookups, post, producer, secondDevice, SuiteLive } from "./support/Harness.ts"
 
 // Counts every Ed25519 verification made through node:crypto (the inbox's signature check), so

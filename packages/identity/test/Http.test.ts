@@ -24,7 +24,7 @@ import {
   Permission,
   TenantId
 } from "../src/index.ts"
-import { CountingSqlLive, SqlCounter } from "./support/CountingSql.ts"
+import { CountingSqlLive, SqlCounter } from "@delivery/testing"
 
 // Counts every SHA-256 the package's own modules compute (Token.ts hashes with node:crypto),
 // so "no hashing" is observed rather than inferred from the code's order.

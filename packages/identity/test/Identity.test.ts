@@ -14,7 +14,7 @@ import {
   type UnauthenticatedReason,
   VerifiedIdentity
 } from "../src/index.ts"
-import { CountingSqlLive, SqlCounter, UnreachableSqlLive } from "./support/CountingSql.ts"
+import { CountingSqlLive, SqlCounter, UnreachableSqlLive } from "@delivery/testing"
 
 const TestLayer = Identity.Default.pipe(Layer.provideMerge(CountingSqlLive), Layer.provideMerge(TestDatabaseLive))
 

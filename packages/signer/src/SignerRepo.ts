@@ -1,5 +1,6 @@
-import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Effect, Option, type ParseResult, Predicate, Schema } from "effect"
+import { storageErrors } from "@delivery/core"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
 import {
   KeyAuditAction,
   KeyChangeOutcome,
@@ -42,24 +43,9 @@ const toKey = (row: KeyRow) =>
 const KeyRef = Schema.Struct({ tenant: Schema.String, keyId: Schema.String })
 const Attribution = Schema.Struct({ actor: Schema.String, correlationId: Schema.String })
 
-/**
- * A database failure is an expected outcome (retry later), so it becomes a typed error; a row
- * that does not decode is a bug and dies. Only the SQLSTATE is logged: driver errors can quote
- * statement parameters.
- */
-type Stored<E> = Exclude<E, SqlError.SqlError | ParseResult.ParseError> | SignerStorageUnavailable
-
+/** Database failures become `SignerStorageUnavailable` (see core's `storageErrors`). */
 export const storage = (operation: string) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Stored<E>, R> =>
-  Effect.catchAll(effect, (error): Effect.Effect<never, Stored<E>> => {
-    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
-    if (!Predicate.isTagged(error, "SqlError")) return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
-    const code = ((error as unknown as SqlError.SqlError).cause as { readonly code?: unknown } | undefined)?.code
-    return Effect.logWarning("signer storage unavailable").pipe(
-      Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
-      Effect.zipRight(Effect.fail(new SignerStorageUnavailable({ operation })))
-    )
-  })
+  storageErrors(operation, () => new SignerStorageUnavailable({ operation }))
 
 // Key management of one tenant is serialized on this advisory lock (first argument: the signer's
 // lock class), because the first registration has no row yet that FOR UPDATE could lock.

@@ -1,3 +1,4 @@
 export * from "./PgCluster.ts"
 export * from "./TestDatabase.ts"
 export * from "./LoopbackProvider.ts"
+export * from "./CountingSql.ts"

@@ -7,7 +7,7 @@ import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { ConfigProvider, Context, Effect, Layer, Redacted, Schema } from "effect"
 import { generateKeyPairSync, type KeyObject, randomBytes } from "node:crypto"
 import { EnvelopeInboxApi, EnvelopeInboxHttpLive, EnvelopeInboxLive, InboxRetention } from "../../src/index.ts"
-import { CountingSqlLive } from "./CountingSql.ts"
+import { CountingSqlLive } from "@delivery/testing"
 import { envelopeJson, type EnvelopeFields, signJson } from "./Signing.ts"
 
 /** Limits high enough that only the tests about limits ever meet them. */

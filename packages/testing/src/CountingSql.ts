@@ -8,7 +8,7 @@ import { Context, Effect, Layer, Stream } from "effect"
  * (transaction control included). Tests use it to prove that a refused request did
  * no database work at all, rather than trusting the code's order of checks.
  */
-export class SqlCounter extends Context.Tag("@delivery/identity/test/SqlCounter")<
+export class SqlCounter extends Context.Tag("@delivery/testing/SqlCounter")<
   SqlCounter,
   { readonly statements: Effect.Effect<ReadonlyArray<string>>; readonly count: Effect.Effect<number> }
 >() {}
