@@ -3,7 +3,8 @@ import { SqlClient } from "@effect/sql"
 import { TestDatabase } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Effect } from "effect"
-import { backendMain, fixturePath, freePort, get, spawnBun, waitForPort } from "./support/BackendProcess.ts"
+import { backendMain, freePort, get, spawnBun, waitForPort } from "@delivery/testing"
+import { fixturePath } from "./support/Fixtures.ts"
 
 layer(TestDatabaseLive, { excludeTestServices: true })("backend process", (it) => {
   it.scoped("Startup runs the existing database migration path and health check, then serves /health, /ready (with its role), /openapi.json and /docs", () =>

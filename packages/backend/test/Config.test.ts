@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either, Fiber, Option } from "effect"
 import { appConfig, CONFIG, defaultEmbeddedDataDir, formatConfigError } from "../src/Config.ts"
-import { backendMain, freePort, probePort, spawnBun } from "./support/BackendProcess.ts"
+import { backendMain, freePort, probePort, spawnBun } from "@delivery/testing"
 
 const load = (env: Record<string, string>) =>
   Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))).pipe(

@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { backendMain, freePort, get, spawnBun } from "./support/BackendProcess.ts"
+import { backendMain, freePort, get, spawnBun } from "@delivery/testing"
 
 // The only test on the embedded database: everything else runs on real PostgreSQL.
 describe("embedded development default", () => {

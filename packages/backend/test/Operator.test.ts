@@ -5,7 +5,7 @@ import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Effect } from "effect"
 import { generateKeyPairSync, randomBytes } from "node:crypto"
 import { CONFIG } from "../src/Config.ts"
-import { backendMain, freePort, spawnBun, waitForPort } from "./support/BackendProcess.ts"
+import { backendMain, freePort, spawnBun, waitForPort } from "@delivery/testing"
 
 const TOKEN = `op-${randomBytes(32).toString("base64url")}`
 

@@ -5,7 +5,8 @@ import { PgClient } from "@effect/sql-pg"
 import { TestDatabase } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Deferred, Effect, Fiber, Redacted, Schedule } from "effect"
-import { fixturePath, freePort, get, probePort, spawnBun } from "./support/BackendProcess.ts"
+import { freePort, get, probePort, spawnBun } from "@delivery/testing"
+import { fixturePath } from "./support/Fixtures.ts"
 
 const backendWithWorker = fixturePath("backend-with-worker.ts")
 

@@ -2,7 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
 import { Effect } from "effect"
 import { join } from "node:path"
-import { spawnBun } from "../../backend/test/support/BackendProcess.ts"
+import { spawnBun } from "@delivery/testing"
 import { Outbox } from "../src/index.ts"
 import { deliveryWith, request, resetOutbox, rowOf, seedOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
 

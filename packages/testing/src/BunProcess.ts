@@ -9,9 +9,8 @@ import { basename, join } from "node:path"
  * developer's DATABASE_URL never leaks in), output collected, killed with SIGKILL if a test leaves one running.
  */
 
-export const repoRoot = new URL("../../../../", import.meta.url).pathname
+export const repoRoot = new URL("../../../", import.meta.url).pathname
 export const backendMain = join(repoRoot, "packages/backend/src/main.ts")
-export const fixturePath = (name: string) => join(repoRoot, "packages/backend/test/fixtures", name)
 
 /** `process.execPath` under `bunx --bun vitest`; the workspace's bun when vitest runs on Node. */
 export const bunExecutable = (): string => {
@@ -93,7 +92,6 @@ export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =
     ({ child, exited }) => Effect.sync(() => (exited() ? undefined : void child.kill("SIGKILL")))
   ).pipe(Effect.map(({ process }) => process))
 
-export { freePort } from "@delivery/testing"
 
 /** "refused" when nothing listens (ECONNREFUSED), "open" when a TCP connection is accepted. */
 export const probePort = (port: number) =>
