@@ -19,8 +19,10 @@ const integerAtLeast = (name: string, min: number, max: number, fallback: number
   )
 
 /**
- * - `IDENTITY_PEER_LIMIT` (default 60): authentication attempts one peer may make per window,
- *   successful ones included; every attempt costs a lookup and a hash.
+ * - `IDENTITY_PEER_LIMIT` (default 1200): authentication attempts one peer may make per window,
+ *   successful ones included; every attempt costs a lookup and a hash. The default sits above the
+ *   inbox's sync limit (600 a minute per device) so that a device within its sync rate is never
+ *   stopped here, while one address still cannot cause unbounded lookup and hash work.
  * - `IDENTITY_PEER_WINDOW` (default "1 minute"): the fixed window of that limit.
  * - `TRUSTED_PROXY_HOPS` (default 0): how many reverse proxies we sit behind. 0 means the peer is
  *   the socket address and `X-Forwarded-For` is ignored; n > 0 means the n-th entry from the right
@@ -28,7 +30,7 @@ const integerAtLeast = (name: string, min: number, max: number, fallback: number
  *   their own peer key.
  */
 export const PeerLimitConfig = Config.all({
-  limit: integerAtLeast(IDENTITY_PEER_LIMIT, 1, 1_000_000, 60),
+  limit: integerAtLeast(IDENTITY_PEER_LIMIT, 1, 1_000_000, 1200),
   window: Config.duration().pipe(
     Config.validate({
       message: "Expected a positive, finite duration such as \"1 minute\"",
@@ -101,7 +103,7 @@ export const PeerLimitLive = peerLimitLayer.pipe(Layer.provide(RateLimiter.layer
 export const IDENTITY_CONFIG = [
   {
     name: IDENTITY_PEER_LIMIT,
-    default: "60",
+    default: "1200",
     meaning: "authentication attempts (tenant and operator bearers together) one peer may make per window, successful ones included",
     secret: false
   },

@@ -43,12 +43,12 @@ describe("peer key", () => {
     expect([0, 1, 999, 1000, 1001, 59_500].map(retryAfterSeconds)).toEqual([1, 1, 1, 1, 2, 60])
   })
 
-  it.effect("config: IDENTITY_PEER_LIMIT 60 per IDENTITY_PEER_WINDOW 1 minute and TRUSTED_PROXY_HOPS 0 by default; nonsense refused", () =>
+  it.effect("config: IDENTITY_PEER_LIMIT 1200 per IDENTITY_PEER_WINDOW 1 minute and TRUSTED_PROXY_HOPS 0 by default; nonsense refused", () =>
     Effect.gen(function* () {
       const load = (env: Record<string, string>) =>
         Effect.either(Effect.withConfigProvider(PeerLimitConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
       const defaults = yield* load({})
-      expect(Either.getOrThrow(defaults)).toEqual({ limit: 60, window: Duration.minutes(1), trustedProxyHops: 0 })
+      expect(Either.getOrThrow(defaults)).toEqual({ limit: 1200, window: Duration.minutes(1), trustedProxyHops: 0 })
       for (const bad of [{ IDENTITY_PEER_LIMIT: "0" }, { TRUSTED_PROXY_HOPS: "-1" }, { IDENTITY_PEER_WINDOW: "0 millis" }]) {
         expect(Either.isLeft(yield* load(bad))).toBe(true)
       }
