@@ -1,13 +1,5 @@
+import { positiveDuration } from "@delivery/core"
 import { Config, Duration } from "effect"
-
-const positiveDuration = (name: string, fallback: Duration.Duration) =>
-  Config.duration(name).pipe(
-    Config.withDefault(fallback),
-    Config.validate({
-      message: `${name} must be a positive, finite duration such as "1 minute"`,
-      validation: (d) => Duration.isFinite(d) && Duration.toMillis(d) > 0
-    })
-  )
 
 const atLeast = (name: string, min: number, fallback: number) =>
   Config.integer(name).pipe(

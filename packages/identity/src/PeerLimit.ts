@@ -1,3 +1,4 @@
+import { positiveDuration } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer } from "effect"
@@ -31,13 +32,7 @@ const integerAtLeast = (name: string, min: number, max: number, fallback: number
  */
 export const PeerLimitConfig = Config.all({
   limit: integerAtLeast(IDENTITY_PEER_LIMIT, 1, 1_000_000, 1200),
-  window: Config.duration().pipe(
-    Config.validate({
-      message: "Expected a positive, finite duration such as \"1 minute\"",
-      validation: (d) => Duration.isFinite(d) && Duration.toMillis(d) > 0
-    }),
-    Config.nested(IDENTITY_PEER_WINDOW),
-    Config.withDefault(Duration.minutes(1))
+  window: positiveDuration(IDENTITY_PEER_WINDOW, Duration.minutes(1)
   ),
   trustedProxyHops: integerAtLeast(TRUSTED_PROXY_HOPS, 0, 16, 0)
 })

@@ -1,4 +1,4 @@
-import { Backoff } from "@delivery/core"
+import { Backoff, positiveDuration } from "@delivery/core"
 import { Config, ConfigError, ConfigProvider, Context, Duration, Effect, Either, Layer } from "effect"
 import { CLAIM_LIMIT, MAX_ATTEMPTS_LIMIT } from "./Domain.ts"
 
@@ -10,15 +10,7 @@ const integer = (name: string, min: number, max: number, fallback: number) =>
     Config.withDefault(fallback)
   )
 
-const duration = (name: string, fallback: Duration.DurationInput) =>
-  Config.duration().pipe(
-    Config.validate({
-      message: "Expected a positive, finite duration such as \"10 seconds\"",
-      validation: (d) => Duration.isFinite(d) && Duration.toMillis(d) > 0
-    }),
-    Config.nested(name),
-    Config.withDefault(Duration.decode(fallback))
-  )
+const duration = positiveDuration
 
 const fraction = (name: string, fallback: number) =>
   Config.number().pipe(

@@ -1,4 +1,5 @@
-import { Config, Duration, Effect, Option } from "effect"
+import { positiveDuration } from "@delivery/core"
+import { Duration, Effect, Option } from "effect"
 import {
   type KeyActor,
   type KeyId,
@@ -23,15 +24,7 @@ export const SIGNER_REPLAY_WINDOW = "SIGNER_REPLAY_WINDOW"
  * the inbox payload retention default of spec 000 (90 days): past it the inbox no longer holds the
  * payloads those envelopes carried, and their permanent identities refuse them as duplicates.
  */
-export const replayWindowConfig = Config.duration().pipe(
-  // `nested` after `validate`: a refused value is still reported under its variable's name.
-  Config.validate({
-    message: "Expected a positive, finite duration such as \"90 days\"",
-    validation: (d) => Duration.isFinite(d) && Duration.greaterThan(d, Duration.zero)
-  }),
-  Config.nested(SIGNER_REPLAY_WINDOW),
-  Config.withDefault(Duration.days(90))
-)
+export const replayWindowConfig = positiveDuration(SIGNER_REPLAY_WINDOW, Duration.days(90))
 
 /** Revoked keys are deleted in bounded batches, so one sweep never holds a long lock. */
 export const PURGE_BATCH = 1_000

@@ -1,3 +1,4 @@
+import { positiveDuration } from "@delivery/core"
 import { Config, ConfigError, Duration, Either, Option, Redacted } from "effect"
 import type { KeySourceInvalid } from "./Domain.ts"
 import { SIGNER_KEYS, SIGNER_KEYS_FILE } from "./KeySource.ts"
@@ -7,14 +8,7 @@ import { replayWindowConfig, SIGNER_REPLAY_WINDOW } from "./Signer.ts"
 export const SIGNER_PURGE_INTERVAL = "SIGNER_PURGE_INTERVAL"
 
 /** How often the purge sweep looks for revoked keys whose replay window has passed. */
-export const purgeIntervalConfig = Config.duration().pipe(
-  Config.validate({
-    message: "Expected a positive, finite duration such as \"1 hour\"",
-    validation: (d) => Duration.isFinite(d) && Duration.greaterThan(d, Duration.zero)
-  }),
-  Config.nested(SIGNER_PURGE_INTERVAL),
-  Config.withDefault(Duration.hours(1))
-)
+export const purgeIntervalConfig = positiveDuration(SIGNER_PURGE_INTERVAL, Duration.hours(1))
 
 // Messages name the stable reason and the entry's position only, and end in "(value not shown)":
 // the text is the secret (the backend prints such messages and restates any other secret's).
