@@ -1,16 +1,9 @@
 import { Canonical } from "@delivery/core"
 import {
-  CreatedAt,
   decodeSignature,
   type Envelope,
-  EventId,
-  IdempotencyKey,
-  KeyId,
+  EnvelopeHead,
   Metadata,
-  Route,
-  SchemaVersion,
-  Sequence,
-  SignatureText,
   SUPPORTED_SCHEMA_VERSION
 } from "@delivery/signer"
 import { Either, ParseResult, Schema } from "effect"
@@ -51,18 +44,7 @@ export const routeNamesTenant = (json: unknown, tenant: string): boolean | "unsh
 }
 
 /** Everything but the metadata payload, closed at the top level; metadata waits for step 4. */
-export const Head = Schema.Struct({
-  type: Schema.Literal("controlplane/v1"),
-  route: Route,
-  eventId: EventId,
-  idempotencyKey: IdempotencyKey,
-  sequence: Sequence,
-  keyId: KeyId,
-  createdAt: CreatedAt,
-  schemaVersion: SchemaVersion,
-  metadata: Schema.Unknown,
-  signature: SignatureText
-}).annotations({ parseOptions: { onExcessProperty: "error" }, identifier: "EnvelopeHead" })
+export const Head = EnvelopeHead
 export type Head = typeof Head.Type
 
 const decodeHeadEither = Schema.decodeUnknownEither(Head, { onExcessProperty: "error", errors: "first" })

@@ -128,6 +128,14 @@ export const Envelope = Schema.Struct({ ...unsignedFields, signature: SignatureT
 export type Envelope = typeof Envelope.Type
 
 /**
+ * The envelope with its metadata left undecoded: what a verifier checks before the signature
+ * (spec 000 steps 2-3), the closed metadata waiting for step 4.
+ */
+export const EnvelopeHead = Schema.Struct({ ...unsignedFields, metadata: Schema.Unknown, signature: SignatureText })
+  .annotations({ ...closed, identifier: "EnvelopeHead" })
+export type EnvelopeHead = typeof EnvelopeHead.Type
+
+/**
  * The envelope failed to parse. `at` is a JSON pointer made only of schema member names and
  * validated attribute keys (an unexpected member is reported at its parent), so the error can
  * go into an audit row without quoting anything the client sent.

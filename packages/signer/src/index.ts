@@ -7,6 +7,7 @@ export {
   decodeEnvelope,
   decodeUnsignedEnvelope,
   Envelope,
+  EnvelopeHead,
   EnvelopeInvalid,
   EventId,
   IdempotencyKey,
