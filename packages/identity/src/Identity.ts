@@ -122,6 +122,16 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
       return { tenant: input.tenant, account: account.value.id as AccountId } satisfies VerifiedAccount
     })
 
+    // The plaintext token leaves exactly once, here; a missing account (foreign key) inserted nothing.
+    const issued = <Id extends string>(
+      generated: { readonly lookupId: string; readonly token: string },
+      expiresAt: Date | null,
+      inserted: boolean
+    ): Effect.Effect<IssuedCredential<Id>, IdentityNotFound> =>
+      inserted
+        ? Effect.succeed({ id: generated.lookupId as Id, token: Redacted.make(generated.token), expiresAt })
+        : Effect.fail(new IdentityNotFound({ entity: "account" }))
+
     const issueApiKey = Effect.fn("Identity.issueApiKey")(function* (input: IssueApiKey) {
       const generated = Token.generate(input.kind)
       const expiresAt = yield* expiryFrom(input.expiresIn)
@@ -135,12 +145,7 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
         secretHash: generated.secretHash,
         expiresAt
       })
-      if (!inserted) return yield* new IdentityNotFound({ entity: "account" })
-      return {
-        id: generated.lookupId as ApiKeyId,
-        token: Redacted.make(generated.token),
-        expiresAt
-      } satisfies IssuedCredential<ApiKeyId>
+      return yield* issued<ApiKeyId>(generated, expiresAt, inserted)
     })
 
     const issueDeviceCredential = Effect.fn("Identity.issueDeviceCredential")(
@@ -155,12 +160,7 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
           secretHash: generated.secretHash,
           expiresAt
         })
-        if (!inserted) return yield* new IdentityNotFound({ entity: "account" })
-        return {
-          id: generated.lookupId as DeviceCredentialId,
-          token: Redacted.make(generated.token),
-          expiresAt
-        } satisfies IssuedCredential<DeviceCredentialId>
+        return yield* issued<DeviceCredentialId>(generated, expiresAt, inserted)
       }
     )
 
