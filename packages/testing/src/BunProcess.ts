@@ -38,9 +38,15 @@ const ansi = /\u001b\[[0-9;]*m/g
 const signalNumbers: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }
 
 export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =>
+  spawnBunWith(["--no-env-file", entry], env)
+
+/** `bun run <script>` from the repository root, exactly as the README starts the backend (`bun run start`). */
+export const spawnBunScript = (script: string, env: Readonly<Record<string, string>>) => spawnBunWith(["run", script], env)
+
+const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, string>>) =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child: ChildProcess = spawn(bunExecutable(), ["--no-env-file", entry], {
+      const child: ChildProcess = spawn(bunExecutable(), args, {
         cwd: repoRoot,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
         stdio: ["ignore", "pipe", "pipe"]
