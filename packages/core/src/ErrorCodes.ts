@@ -19,10 +19,11 @@ export type DeliveredCode = typeof DeliveredCode.Type
 export const RejectedCode = Schema.Literal("provider-4xx", "provider-redirect")
 export type RejectedCode = typeof RejectedCode.Type
 
+// Spec 002 "Provider limits": a timeout is ambiguous, other transport failures are temporary. Our own
+// interruption of a call already sent stays ambiguous (DESIGN).
 export const AmbiguousCode = Schema.Literal(
   "provider-timeout",
-  "provider-interrupted",
-  "provider-connection-dropped"
+  "provider-interrupted"
 )
 export type AmbiguousCode = typeof AmbiguousCode.Type
 
@@ -31,6 +32,7 @@ export const TemporaryCode = Schema.Literal(
   "provider-unexpected-status",
   "provider-connection-refused",
   "provider-connection-failed",
+  "provider-connection-dropped",
   "provider-transport-error"
 )
 export type TemporaryCode = typeof TemporaryCode.Type

@@ -27,14 +27,17 @@ export class Rejected extends Schema.TaggedClass<Rejected>()("Rejected", {
   retryAfter
 }) {}
 
-/** The request may have been received: a timeout, an interruption, a connection lost mid-exchange. */
+/** The request may have been received and we stopped waiting: a timeout, or our own interruption after sending. */
 export class Ambiguous extends Schema.TaggedClass<Ambiguous>()("Ambiguous", {
   code: AmbiguousCode,
   status,
   retryAfter
 }) {}
 
-/** 5xx or a transport failure; does not prove the provider received nothing. */
+/**
+ * 5xx or a transport failure (refused, never connected, dropped mid-exchange); does not prove the
+ * provider received nothing (spec 002), so callers still send a stable Idempotency-Key.
+ */
 export class Temporary extends Schema.TaggedClass<Temporary>()("Temporary", {
   code: TemporaryCode,
   status,
@@ -122,12 +125,15 @@ const NEVER_CONNECTED = new Set([
 ])
 const DROPPED = new Set(["ECONNRESET", "ConnectionClosed", "EPIPE", "UND_ERR_SOCKET", "ECONNABORTED"])
 
-/** Transport failures: refused or never connected is temporary; a lost connection may have carried the request. */
+/**
+ * Transport failures are all temporary (spec 002 "Provider limits": only a timeout is ambiguous); the
+ * code still says which kind, for diagnostics.
+ */
 export const classifyTransportError = (cause: unknown): ProviderOutcome => {
   const codes = errorCodes(cause)
   if (codes.some((c) => REFUSED.has(c))) return new Temporary({ code: "provider-connection-refused" })
   if (codes.some((c) => NEVER_CONNECTED.has(c))) return new Temporary({ code: "provider-connection-failed" })
-  if (codes.some((c) => DROPPED.has(c))) return new Ambiguous({ code: "provider-connection-dropped" })
+  if (codes.some((c) => DROPPED.has(c))) return new Temporary({ code: "provider-connection-dropped" })
   return new Temporary({ code: "provider-transport-error" })
 }
 

@@ -97,7 +97,10 @@ describe("ProviderOutcome", () => {
     expect(codeOf({ code: "ECONNRESET" })).toBe("provider-connection-dropped")
     expect(codeOf({ cause: { code: "UND_ERR_SOCKET" } })).toBe("provider-connection-dropped")
     expect(codeOf(new Error("something else"))).toBe("provider-transport-error")
-    expect(ProviderHttp.classifyTransportError({ code: "ECONNRESET" })._tag).toBe("Ambiguous")
+    // Spec 002 "Provider limits": only a timeout is ambiguous; every other transport failure is temporary.
+    for (const cause of [{ code: "ECONNRESET" }, { code: "EPIPE" }, { cause: { code: "UND_ERR_SOCKET" } }, { code: "ECONNREFUSED" }, {}]) {
+      expect(ProviderHttp.classifyTransportError(cause)._tag).toBe("Temporary")
+    }
   })
 })
 
@@ -188,13 +191,13 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send over real loo
       expect(aborted!.idempotencyKey).toBe("slow")
     }))
 
-  it.effect("a connection dropped after the request was read is 'ambiguous'", () =>
+  it.effect("spec 002 'timeout as ambiguous, and other transport failures as temporary': a connection dropped after the request was read is 'temporary'", () =>
     Effect.gen(function*() {
       const provider = yield* LoopbackProvider
       yield* provider.reset
       yield* provider.script({ times: 1, reply: LoopbackReply.drop() })
       const outcome = yield* sendTo("/send", "dropped")
-      expect(outcome).toEqual(new ProviderHttp.Ambiguous({ code: "provider-connection-dropped" }))
+      expect(outcome).toEqual(new ProviderHttp.Temporary({ code: "provider-connection-dropped" }))
       expect((yield* provider.requests).map((r) => r.handling)).toEqual(["dropped"])
     }))
 

@@ -111,7 +111,7 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(leaked).toEqual([])
     }))
 
-  it.effect("5xx is temporary, a dropped connection and a timeout are ambiguous: each is retried with backoff until the caller-set maximum attempts, then dead-lettered", () =>
+  it.effect("5xx and a dropped connection are temporary, a timeout is ambiguous (spec 002 'Provider limits'): each is retried with backoff until the caller-set maximum attempts, then dead-lettered", () =>
     Effect.gen(function*() {
       const { outbox, receiver } = yield* setup("acme")
       const { message } = yield* outbox.enqueue(request("acme", "web", { maxAttempts: 3 }))
