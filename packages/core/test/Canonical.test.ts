@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import canonicalize from "canonicalize"
 import { Effect, Either } from "effect"
 import { Canonical } from "../src/index.ts"
 
@@ -106,6 +107,91 @@ describe("Canonical (RFC 8785)", () => {
       const bytes = yield* Canonical.canonicalBytes({ ok: true })
       expect(new TextDecoder().decode(bytes)).toBe(`{"ok":true}`)
     }))
+
+  // Generous bounds: the point is linear against quadratic (the recursive check with a copied path
+  // took seconds and gigabytes at this depth), not a benchmark.
+  const timed = <A>(f: () => A): { readonly result: A; readonly ms: number } => {
+    const start = performance.now()
+    const result = f()
+    return { result, ms: performance.now() - start }
+  }
+  const refusal = (value: unknown) =>
+    Either.match(Canonical.canonicalString(value), {
+      onLeft: ({ code, path }) => ({ code, path }),
+      onRight: () => undefined
+    })
+  const nestedArrays = (depth: number, leaf: unknown) => {
+    let value: unknown = leaf
+    for (let i = 0; i < depth; i++) value = [value]
+    return value
+  }
+
+  it("a 20,000-deep value costs linear time and memory and no recursion: it is serialized, and a refusal at its bottom names the whole path", () => {
+    const depth = 20_000
+    const deep = timed(() => Canonical.canonicalString(nestedArrays(depth, 1)))
+    expect(deep.result).toEqual(Either.right("[".repeat(depth) + "1" + "]".repeat(depth)))
+    expect(deep.ms).toBeLessThan(2_000)
+
+    const refused = timed(() => refusal(nestedArrays(depth, Number.NaN)))
+    expect(refused.result).toEqual({ code: "canonical-non-finite-number", path: "/0".repeat(depth) })
+    expect(refused.ms).toBeLessThan(2_000)
+
+    let objects: unknown = "\ud800"
+    for (let i = 0; i < depth; i++) objects = { "a/b": objects }
+    expect(refusal(objects)).toEqual({ code: "canonical-lone-surrogate", path: "/a~1b".repeat(depth) })
+
+    // Far deeper than any call stack (the recursive version overflowed well before): the walk keeps its own stack.
+    const abyss = timed(() => Canonical.canonicalString(nestedArrays(200_000, null)))
+    expect(Either.map(abyss.result, (text) => text.length)).toEqual(Either.right(400_004))
+    expect(abyss.ms).toBeLessThan(5_000)
+  })
+
+  it("a wide value (200,000 array items, 100,000 members) is serialized in bounded time, and a refusal names its position", () => {
+    const items = Array.from({ length: 200_000 }, (_, i) => i)
+    const wideArray = timed(() => Canonical.canonicalString(items))
+    expect(Either.map(wideArray.result, (text) => text.length)).toEqual(Either.right(JSON.stringify(items).length))
+    expect(wideArray.ms).toBeLessThan(2_000)
+
+    const members = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`k${i}`, i]))
+    const wideObject = timed(() => Canonical.canonicalString(members))
+    expect(wideObject.result).toEqual(Either.right(canonicalize(members)))
+    expect(wideObject.ms).toBeLessThan(2_000)
+
+    expect(refusal([...items, undefined])).toEqual({ code: "canonical-undefined", path: "/200000" })
+  })
+
+  it("agrees with the canonicalize package (RFC 8785) on 2,000 seeded random JSON values", () => {
+    // A small seeded generator (mulberry32), so a failure is reproducible from the printed seed.
+    const seed = Number(process.env.TEST_SEED ?? 0x5eed)
+    let state = seed >>> 0
+    const random = () => {
+      state = (state + 0x6d2b79f5) >>> 0
+      let t = state
+      t = Math.imul(t ^ (t >>> 15), t | 1)
+      t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+    }
+    const pick = <A>(xs: ReadonlyArray<A>): A => xs[Math.floor(random() * xs.length)]!
+    const text = () =>
+      Array.from({ length: Math.floor(random() * 6) }, () => pick(["a", "Z", "\u20ac", "\ud83d\ude00", "\n", "\u0001", "\"", "\\", "/", "\u0080", "\ufb33"])).join("")
+    const number = () =>
+      pick([0, -0, 1, -1, 0.1, 1e21, 1e-7, 333333333.33333329, Number.MAX_SAFE_INTEGER, Number.MIN_VALUE, (random() - 0.5) * 10 ** Math.floor(random() * 40 - 20)])
+    const value = (depth: number): unknown => {
+      const kind = depth > 4 ? Math.floor(random() * 4) : Math.floor(random() * 6)
+      switch (kind) {
+        case 0: return text()
+        case 1: return number()
+        case 2: return pick([true, false])
+        case 3: return null
+        case 4: return Array.from({ length: Math.floor(random() * 4) }, () => value(depth + 1))
+        default: return Object.fromEntries(Array.from({ length: Math.floor(random() * 4) }, () => [text(), value(depth + 1)]))
+      }
+    }
+    for (let i = 0; i < 2_000; i++) {
+      const sample = value(0)
+      expect(Canonical.canonicalString(sample), `seed ${seed}, sample ${i}`).toEqual(Either.right(canonicalize(sample)))
+    }
+  })
 
   it("hashes with SHA-256 (FIPS 180-2 vectors)", () => {
     expect(Canonical.sha256Hex("abc")).toBe("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
