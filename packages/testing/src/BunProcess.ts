@@ -37,6 +37,15 @@ export interface BackendProcess {
 const ansi = /\u001b\[[0-9;]*m/g
 const signalNumbers: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }
 
+/**
+ * Mutation testing (`bun run mutate`) switches the active mutant with this variable; a spawned process must run
+ * the same mutant as the test that spawned it. Unset outside a mutation run, so nothing else changes.
+ */
+const mutantSwitch = (): Record<string, string> => {
+  const active = process.env.__STRYKER_ACTIVE_MUTANT__
+  return active === undefined ? {} : { __STRYKER_ACTIVE_MUTANT__: active }
+}
+
 export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =>
   spawnBunWith(["--no-env-file", entry], env)
 
@@ -48,7 +57,7 @@ const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, 
     Effect.sync(() => {
       const child: ChildProcess = spawn(bunExecutable(), args, {
         cwd: repoRoot,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...mutantSwitch(), ...env },
         stdio: ["ignore", "pipe", "pipe"]
       })
       let text = ""
