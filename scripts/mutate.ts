@@ -1,0 +1,232 @@
+/**
+ * `bun run mutate <package> [options]`: mutation testing of one package with StrykerJS and its `command` test
+ * runner. Slow by nature (one full run of the package's tests per mutant); not part of `bun run test` or CI.
+ *
+ *   --files <glob,...>     mutate these instead of the package's modules (`file:12-40` narrows to lines)
+ *   --tests <path,...>     test paths for vitest instead of `packages/<package>`
+ *   --concurrency <n>      test runs at a time (default 1: each run already uses both cores)
+ *   --count                instrument only: count the mutants per file, run no test (seconds)
+ *   --dry-run              one run of the test command inside the sandbox: its time is the time per mutant
+ *   --incremental          reuse results of the previous run for mutants whose code did not change
+ *   --report               print the summary of the last run again, run nothing
+ *
+ * How it works (see docs/testing.md): Stryker copies the repository into `.stryker-tmp/sandbox-*`, instruments
+ * the modules there with every mutant behind a switch, installs the workspace into the sandbox (`bun install
+ * --frozen-lockfile`, so `@delivery/*` imports resolve to the sandbox's mutated copies, not to this checkout),
+ * then runs `bunx --bun vitest run <tests>` once per mutant with `__STRYKER_ACTIVE_MUTANT__` set. vitest's
+ * workers inherit it and `spawnBun` passes it on to real `bun` processes. One throwaway PostgreSQL cluster
+ * serves every run (`DATABASE_URL`), so a run does not pay for initdb. Reports go to `reports/mutation/<package>/`.
+ */
+import { startCluster } from "@delivery/testing"
+import type { PartialStrykerOptions } from "@stryker-mutator/api/core"
+import { Stryker } from "@stryker-mutator/core"
+import { Effect, Exit, Scope } from "effect"
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+import { parseArgs } from "node:util"
+import { PACKAGES } from "./mutate-packages.ts"
+
+const root = new URL("../", import.meta.url).pathname
+process.chdir(root)
+
+const usage = `usage: bun run mutate <${Object.keys(PACKAGES).join("|")}> [--files g1,g2] [--tests p1,p2] [--concurrency n] [--count | --dry-run | --report] [--incremental]`
+
+const { values: flags, positionals } = parseArgs({
+  args: process.argv.slice(2),
+  allowPositionals: true,
+  options: {
+    files: { type: "string" },
+    tests: { type: "string" },
+    concurrency: { type: "string", default: "1" },
+    count: { type: "boolean", default: false },
+    "dry-run": { type: "boolean", default: false },
+    incremental: { type: "boolean", default: false },
+    report: { type: "boolean", default: false }
+  }
+})
+
+const name = positionals[0]
+const pkg = name === undefined ? undefined : PACKAGES[name]
+if (name === undefined || pkg === undefined || positionals.length > 1) {
+  console.error(usage)
+  process.exit(2)
+}
+const list = (value: string | undefined) => value?.split(",").map((s) => s.trim()).filter((s) => s !== "")
+const mutate = list(flags.files) ?? [...pkg.mutate]
+const tests = list(flags.tests) ?? [...pkg.tests]
+const concurrency = Number(flags.concurrency)
+if (!Number.isInteger(concurrency) || concurrency < 1) {
+  console.error(`--concurrency must be a positive integer\n${usage}`)
+  process.exit(2)
+}
+
+const mode = flags.count ? "count" : flags["dry-run"] ? "dry-run" : flags.report ? "report" : "run"
+// A count writes its own report, so it never replaces the last real run's.
+const reportDir = join("reports", "mutation", mode === "count" ? `${name}-count` : name)
+const jsonReport = join(reportDir, "mutation.json")
+
+// ---------------------------------------------------------------------------------------------------------------
+// The summary: score per file, then every surviving mutant as file:line:column, mutator, original -> replacement.
+
+interface ReportMutant {
+  readonly id: string
+  readonly mutatorName: string
+  readonly replacement?: string
+  readonly status: string
+  readonly statusReason?: string
+  readonly location: { readonly start: { line: number; column: number }; readonly end: { line: number; column: number } }
+}
+interface Report {
+  readonly files: Record<string, { readonly source: string; readonly mutants: ReadonlyArray<ReportMutant> }>
+}
+
+const oneLine = (text: string, max = 90) => {
+  const flat = text.replace(/\s+/g, " ").trim()
+  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat
+}
+
+const originalText = (source: string, location: ReportMutant["location"]) => {
+  const lines = source.split("\n")
+  const { start, end } = location
+  if (start.line === end.line) return lines[start.line - 1]?.slice(start.column - 1, end.column - 1) ?? ""
+  const first = lines[start.line - 1]?.slice(start.column - 1) ?? ""
+  const middle = lines.slice(start.line, end.line - 1)
+  const last = lines[end.line - 1]?.slice(0, end.column - 1) ?? ""
+  return [first, ...middle, last].join("\n")
+}
+
+const DETECTED = new Set(["Killed", "Timeout"])
+const UNDETECTED = new Set(["Survived", "NoCoverage"])
+
+const summarize = (report: Report, counting: boolean): string => {
+  const out: Array<string> = []
+  const survivors: Array<string> = []
+  const rows: Array<[string, string, string]> = []
+  let totalDetected = 0
+  let totalValid = 0
+  let totalIgnored = 0
+  let totalMutants = 0
+  for (const [file, { source, mutants }] of Object.entries(report.files).sort(([a], [b]) => a.localeCompare(b))) {
+    const byStatus = new Map<string, number>()
+    for (const mutant of mutants) byStatus.set(mutant.status, (byStatus.get(mutant.status) ?? 0) + 1)
+    const detected = [...DETECTED].reduce((n, s) => n + (byStatus.get(s) ?? 0), 0)
+    const undetected = [...UNDETECTED].reduce((n, s) => n + (byStatus.get(s) ?? 0), 0)
+    const ignored = byStatus.get("Ignored") ?? 0
+    const valid = detected + undetected
+    totalDetected += detected
+    totalValid += valid
+    totalIgnored += ignored
+    totalMutants += mutants.length
+    const counts = [...byStatus.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([s, n]) => `${n} ${s.toLowerCase()}`)
+    rows.push([file, counting ? `${valid} to run` : valid === 0 ? "-" : `${((100 * detected) / valid).toFixed(2)}%`, counts.join(", ")])
+    if (counting) continue
+    const sorted = [...mutants].sort((a, b) => a.location.start.line - b.location.start.line || a.location.start.column - b.location.start.column)
+    for (const mutant of sorted) {
+      if (!UNDETECTED.has(mutant.status)) continue
+      const at = `${file}:${mutant.location.start.line}:${mutant.location.start.column}`
+      const status = mutant.status === "Survived" ? "" : ` [${mutant.status}]`
+      survivors.push(
+        `${at}  ${mutant.mutatorName}${status}\n    - ${oneLine(originalText(source, mutant.location))}\n    + ${oneLine(mutant.replacement ?? "")}`
+      )
+    }
+  }
+  const width = Math.max(...rows.map(([file]) => file.length), 4)
+  out.push(counting ? "mutants per file (ignored ones are never run):" : "mutation score per file (killed + timeout) / (killed + timeout + survived):")
+  for (const [file, score, counts] of rows) out.push(`  ${file.padEnd(width)}  ${score.padStart(9)}  ${counts}`)
+  out.push(
+    counting
+      ? `  ${"total".padEnd(width)}  ${`${totalValid} to run`.padStart(9)}  ${totalMutants} mutants, ${totalIgnored} ignored`
+      : `  ${"total".padEnd(width)}  ${totalValid === 0 ? "-" : `${((100 * totalDetected) / totalValid).toFixed(2)}%`.padStart(9)}  ${totalDetected} detected of ${totalValid}, ${totalIgnored} ignored`
+  )
+  if (!counting) {
+    out.push("", survivors.length === 0 ? "no surviving mutants" : `surviving mutants (${survivors.length}): each needs a test that fails with it, or a reason why it is equivalent`)
+    out.push(...survivors.map((s) => `  ${s}`))
+  }
+  return out.join("\n")
+}
+
+const printReport = (counting: boolean) => {
+  if (!existsSync(jsonReport)) {
+    console.error(`no report at ${jsonReport}: run \`bun run mutate ${name}\` first`)
+    process.exit(1)
+  }
+  const text = summarize(JSON.parse(readFileSync(jsonReport, "utf8")) as Report, counting)
+  console.log(`\n${text}\n`)
+  if (!counting) {
+    writeFileSync(join(reportDir, "survivors.txt"), `${text}\n`)
+    console.log(`report: ${join(reportDir, "index.html")} (open in a browser), ${jsonReport}, ${join(reportDir, "survivors.txt")}`)
+  }
+}
+
+if (mode === "report") {
+  printReport(false)
+  process.exit(0)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The run.
+
+const bun = process.execPath
+const command = mode === "count" ? "true" : `bunx --bun vitest run ${tests.join(" ")} --bail=1 --reporter=dot`
+
+const options: PartialStrykerOptions = {
+  testRunner: "command",
+  commandRunner: { command },
+  mutate,
+  concurrency,
+  // Instrumented code runs under Bun in the sandbox; a real install there makes every workspace import
+  // (`@delivery/core` from outbox, the backend process's imports) resolve to the sandbox's mutated files.
+  // Stryker's default, symlinking this checkout's node_modules, would resolve them to the unmutated checkout.
+  symlinkNodeModules: false,
+  ...(mode === "count" ? {} : { buildCommand: `${bun} install --frozen-lockfile --silent` }),
+  dryRunOnly: mode === "dry-run",
+  plugins: ["@stryker-mutator/*", join(root, "scripts/mutate-ignorers.ts")],
+  ignorers: ["effect-logs", "effect-service-keys"],
+  ignorePatterns: ["/.data", "/reports", "*.log"],
+  tempDirName: ".stryker-tmp",
+  cleanTempDir: "always",
+  // One test run takes tens of seconds and other test runs share the two cores: a generous margin keeps a
+  // slow run from counting as a timeout (which would count as detected).
+  timeoutFactor: 2,
+  timeoutMS: 30_000,
+  incremental: flags.incremental,
+  incrementalFile: join(reportDir, "incremental.json"),
+  reporters: mode === "run" || mode === "count" ? ["json", "html", process.stdout.isTTY ? "progress" : "progress-append-only"] : ["progress-append-only"],
+  jsonReporter: { fileName: jsonReport },
+  htmlReporter: { fileName: join(reportDir, "index.html") },
+  thresholds: { high: 80, low: 60, break: null }
+}
+
+const scope = Effect.runSync(Scope.make())
+const started = Date.now()
+let failed = false
+try {
+  if (mode !== "count" && (process.env.DATABASE_URL ?? "") === "") {
+    const cluster = await Effect.runPromise(Scope.extend(startCluster(), scope))
+    process.env.DATABASE_URL = cluster.url
+    console.log(`mutate: one PostgreSQL cluster for every test run at 127.0.0.1:${cluster.port}`)
+  }
+  mkdirSync(reportDir, { recursive: true })
+  console.log(`mutate ${name}: ${mutate.join(", ")}\n  tests: ${command}\n  concurrency: ${concurrency}`)
+  const results = await new Stryker(options).runMutationTest()
+  const seconds = (Date.now() - started) / 1000
+  const tested = results.filter((r) => r.status !== "Ignored").length
+  if (mode === "run") {
+    printReport(false)
+    console.log(
+      `${tested} mutants tested in ${seconds.toFixed(0)} s (${tested === 0 ? "-" : (seconds / tested).toFixed(1)} s per mutant, sandbox and initial run included)`
+    )
+  } else if (mode === "count") {
+    printReport(true)
+  } else {
+    console.log(`dry run done in ${seconds.toFixed(0)} s (sandbox, install and one test run); see "Initial test run" above for the time per mutant`)
+  }
+} catch (error) {
+  failed = true
+  console.error(error)
+} finally {
+  await Effect.runPromise(Scope.close(scope, Exit.void))
+  // Stryker removes its own sandbox; leave no empty temporary folder behind either.
+  if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
+}
+process.exit(failed ? 1 : 0)
