@@ -1,3 +1,4 @@
+import type { SqlClient, Statement } from "@effect/sql"
 import { Clock, Duration, Effect, Schema } from "effect"
 
 /**
@@ -65,3 +66,64 @@ export const fencedBatch = <E, R>(
       { moved: [...moved], lost }
     )
   })
+
+/**
+ * DESIGN's claim = lease for any durable table with an `id` primary key and an `attempt` counter:
+ * due rows are selected `FOR UPDATE SKIP LOCKED` with a `LIMIT`, and the same statement takes the
+ * lease and increments the attempt, so two claimers never wait on each other and never share a row.
+ * The table is aliased `m` in `lease` and `returning`.
+ */
+export interface ClaimSpec {
+  readonly table: string
+  /** Which rows are due, an expired lease included (a due row still in its leased state). */
+  readonly due: Statement.Fragment
+  readonly orderBy: Statement.Fragment
+  readonly limit: number
+  /** Every column the claim sets besides the attempt: state, owner, lease deadline. */
+  readonly lease: Statement.Fragment
+  readonly returning: Statement.Fragment
+}
+
+/**
+ * The claim as the head of a statement: `WITH due AS (...), claimed AS (UPDATE ... RETURNING ...)`;
+ * the caller appends the `SELECT ... FROM claimed` that shapes its rows (joins included).
+ * `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the planner's statistics say.
+ */
+export const claimDue = (sql: SqlClient.SqlClient, spec: ClaimSpec): Statement.Fragment => sql`
+  WITH due AS (
+    SELECT id FROM ${sql(spec.table)}
+    WHERE ${spec.due}
+    ORDER BY ${spec.orderBy} LIMIT ${spec.limit}
+    FOR UPDATE SKIP LOCKED
+  ), claimed AS (
+    UPDATE ${sql(spec.table)} m
+    SET attempt = m.attempt + 1, ${spec.lease}
+    WHERE m.id = ANY(ARRAY(SELECT id FROM due))
+    RETURNING ${spec.returning}
+  )`
+
+const idArrays = { uuid: "uuid[]", text: "text[]" } as const
+
+/**
+ * The WHERE of a batched fenced transition on table alias `m`: each row together with the attempt
+ * it was claimed under, grouped by attempt so the statement stays on the primary key:
+ * `(m.attempt = 1 AND m.id = ANY(...)) OR ...`. An empty batch matches nothing.
+ */
+export const attemptFence = (
+  sql: SqlClient.SqlClient,
+  claims: ReadonlyArray<{ readonly id: string; readonly attempt: number }>,
+  idType: keyof typeof idArrays
+): Statement.Fragment => {
+  // sql.or([]) is "1=1": an empty fence must match nothing, never every leased row.
+  if (claims.length === 0) return sql`false`
+  const byAttempt = new Map<number, Array<string>>()
+  for (const { attempt, id } of claims) {
+    const group = byAttempt.get(attempt)
+    if (group === undefined) byAttempt.set(attempt, [id])
+    else group.push(id)
+  }
+  const cast = sql.literal(idArrays[idType])
+  return sql.or(
+    [...byAttempt].map(([attempt, group]) => sql`(m.attempt = ${attempt} AND m.id = ANY(${group}::${cast}))`)
+  )
+}
