@@ -1,3 +1,4 @@
+import { attemptFence, claimDue } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { orDieIfMissing, storage } from "./Storage.ts"
@@ -36,47 +37,30 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
         ) next GROUP BY tenant`.withoutTransform
     })
 
-    // Claim = lease (DESIGN): select with SKIP LOCKED and a LIMIT, and in the same statement take the
-    // lease and increment the attempt. An expired lease is just a due row in state 'delivering'.
+    // Claim = lease (DESIGN), core's statement: SKIP LOCKED, the lease and the attempt in one statement. An
+    // expired lease is just a due row in state 'delivering'.
     const claim = SqlSchema.findAll({
       Request: Schema.Struct({
         tenant: Schema.String, limit: Schema.Number, now: Schema.DateFromSelf,
         leaseUntil: Schema.DateFromSelf, owner: Schema.String
       }),
       Result: ClaimedRow,
-      // `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the planner's statistics say.
-      execute: (r) => sql`
-        WITH due AS (
-          SELECT id FROM outbox_messages
-          WHERE tenant = ${r.tenant} AND state IN ('pending', 'delivering') AND due_at <= ${r.now}
-          ORDER BY due_at LIMIT ${r.limit}
-          FOR UPDATE SKIP LOCKED
-        ), claimed AS (
-          UPDATE outbox_messages m
-          SET state = 'delivering', attempt = m.attempt + 1, due_at = ${r.leaseUntil}, lease_owner = ${r.owner}
-          WHERE m.id = ANY(ARRAY(SELECT id FROM due))
-          RETURNING m.id, m.tenant, m.project, m.attempt, m.attempt_ceiling
-        )
+      execute: (r) => sql`${claimDue(sql, {
+        table: "outbox_messages",
+        due: sql`tenant = ${r.tenant} AND state IN ('pending', 'delivering') AND due_at <= ${r.now}`,
+        orderBy: sql`due_at`,
+        limit: r.limit,
+        lease: sql`state = 'delivering', due_at = ${r.leaseUntil}, lease_owner = ${r.owner}`,
+        returning: sql`m.id, m.tenant, m.project, m.attempt, m.attempt_ceiling`
+      })}
         SELECT c.id, c.tenant, c.project, c.attempt, c.attempt_ceiling, e.envelope, t.endpoint
         FROM claimed c JOIN outbox_envelopes e ON e.id = c.id
           LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project`.withoutTransform
     })
 
-    /**
-     * The fence of a batch: each row's id together with the attempt it was claimed under, grouped by
-     * attempt so the statement stays on the primary key: `(attempt = 1 AND id = ANY(...)) OR ...`.
-     */
-    const fence = (ids: ReadonlyArray<string>, attempts: ReadonlyArray<number>) => {
-      // sql.or([]) is "1=1": an empty fence must match nothing, never every leased row.
-      if (ids.length === 0) return sql`false`
-      const byAttempt = new Map<number, Array<string>>()
-      ids.forEach((id, i) => {
-        const group = byAttempt.get(attempts[i]!)
-        if (group === undefined) byAttempt.set(attempts[i]!, [id])
-        else group.push(id)
-      })
-      return sql.or([...byAttempt].map(([attempt, group]) => sql`(m.attempt = ${attempt} AND m.id = ANY(${group}::uuid[]))`))
-    }
+    /** The fence of a batch (core's `attemptFence`): each row's id with the attempt it was claimed under. */
+    const fence = (ids: ReadonlyArray<string>, attempts: ReadonlyArray<number>) =>
+      attemptFence(sql, ids.map((id, i) => ({ id, attempt: attempts[i]! })), "uuid")
 
     // The fenced transitions, batched: one statement per outcome kind per tick. Each row carries its
     // claimed attempt; a row whose attempt moved on (a newer lease) is simply not returned.

@@ -3,11 +3,12 @@ import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
 import { verifyEnvelopeSignature } from "@delivery/signer"
 import { connect, LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Fiber, Layer, TestClock, TestContext } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
-import { Outbox, OutboxSender, OutboxSettings, WebhookSignature } from "../src/index.ts"
+import { type ClaimedRow, DeliveryRepo } from "../src/DeliveryRepo.ts"
+import { Outbox, OutboxSender, OutboxSettings, type SendOutcome, type Settings, WebhookSignature } from "../src/index.ts"
 import { deliveryWith, publicKeyOf, request, resetOutbox, rowOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
 
 /**
@@ -92,7 +93,31 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(states).toEqual([{ state: "delivered", attempt: 1, n: 100 }, { state: "pending", attempt: 0, n: 30 }])
       const refused = yield* Effect.flip(OutboxSettings.pipe(Effect.provide(OutboxSettings.fromMap({ OUTBOX_BATCH_SIZE: "101" }))))
       expect(String(refused)).toContain("OUTBOX_BATCH_SIZE")
-    }))
+
+      // SKIP LOCKED: a claim whose transaction is still open holds its rows; a claimer on another
+      // connection gets the other rows without waiting for it.
+      const other = yield* connect((yield* TestDatabase).url)
+      const repoOf = (client: SqlClient.SqlClient) =>
+        DeliveryRepo.pipe(Effect.provide(DeliveryRepo.Default), Effect.provideService(SqlClient.SqlClient, client))
+      const [first, second] = [yield* repoOf(sql), yield* repoOf(other)]
+      const claimOf = (repo: DeliveryRepo, owner: string, limit: number) =>
+        repo.claim({ tenant: "acme", limit, now: new Date(), leaseUntil: new Date(Date.now() + 60_000), owner })
+      const held = yield* Deferred.make<ReadonlyArray<ClaimedRow>>()
+      const release = yield* Deferred.make<void>()
+      const holder = yield* Effect.fork(sql.withTransaction(
+        claimOf(first, "holder", 20).pipe(Effect.tap((rows) => Deferred.succeed(held, rows)), Effect.zipLeft(Deferred.await(release)))
+      ))
+      const mine = yield* Deferred.await(held)
+      const theirs = yield* claimOf(second, "other", 100).pipe(
+        Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => "the second claim waited on the open claim's locks" })
+      )
+      expect(Option.isNone(yield* Fiber.poll(holder))).toBe(true)
+      expect([mine.length, theirs.length]).toEqual([20, 10])
+      expect(new Set([...mine, ...theirs].map((row) => row.id)).size).toBe(30)
+      expect([...mine, ...theirs].every((row) => row.attempt === 1)).toBe(true)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holder)
+    }).pipe(Effect.scoped))
 
   it.effect("4xx is rejected (permanent): dead letter at once with the stable code, never retried; 429 is retried instead", () =>
     Effect.gen(function*() {
@@ -190,33 +215,49 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
         ])
     }))
 
-  it.effect("an expired lease is claimable again with a higher attempt; the stale owner resumed afterwards cannot move the row (LeaseLost, nothing recorded)", () =>
-    Effect.gen(function*() {
-      const { outbox, receiver } = yield* setup("stale")
-      const { message } = yield* outbox.enqueue(request("stale", "web"))
-      const entered = yield* Deferred.make<void>()
-      const resume = yield* Deferred.make<void>()
-      const stalled = Layer.succeed(OutboxSender, {
-        send: () => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(resume)), Effect.as(delivered))
-      })
-      // A process suspended past its lease: its cycle timer cannot fire, so only the lease bounds it.
-      const stale = yield* deliveryWith(stalled, {}, {
-        tweak: (s) => ({ ...s, lease: Duration.millis(300), cycleTimeout: Duration.hours(1) })
-      })
-      const first = yield* Effect.fork(stale.tick("stale-owner"))
-      yield* Deferred.await(entered)
-      expect(yield* rowOf(message.id)).toMatchObject({ state: "delivering", attempt: 1 })
-      const fresh = yield* deliveryWith("http", { OUTBOX_BACKOFF_BASE: "1 hour", OUTBOX_BACKOFF_CAP: "1 hour" })
-      expect((yield* fresh.tick("fresh-owner")).claimed).toBe(0)
-      yield* Effect.sleep("350 millis")
-      yield* receiver.script({ key: message.id, reply: LoopbackReply.status(500) })
-      expect(yield* fresh.tick("fresh-owner")).toMatchObject({ claimed: 1, retried: 1 })
-      const taken = yield* rowOf(message.id)
-      expect(taken).toMatchObject({ state: "pending", attempt: 2, last_error: "provider-5xx" })
-      yield* Deferred.succeed(resume, undefined)
-      expect(yield* Fiber.join(first)).toMatchObject({ claimed: 1, delivered: 0, lost: 1 })
-      expect(yield* rowOf(message.id)).toEqual(taken)
-    }))
+  // A stale owner's late outcome lands while the row is leased again under a newer attempt: only the
+  // attempt fence (not the state) can refuse it, for every kind of outcome.
+  for (const [kind, late] of [
+    ["delivered", delivered],
+    ["retry (5xx)", new ProviderHttp.Temporary({ code: "provider-5xx", status: 503 })],
+    ["dead letter (4xx)", new ProviderHttp.Rejected({ code: "provider-4xx", status: 404 })]
+  ] as const) {
+    it.effect(`an expired lease is claimable again with a higher attempt (not before); a stale owner's late ${kind} outcome is refused as LeaseLost and changes nothing`, () =>
+      withTestClock(Effect.gen(function*() {
+        yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+        const { outbox } = yield* setup("stale")
+        const { message } = yield* outbox.enqueue(request("stale", "web"))
+        const stalled = (answer: SendOutcome) =>
+          Effect.map(Effect.all([Deferred.make<void>(), Deferred.make<void>()]), ([entered, resume]) => ({
+            entered,
+            resume,
+            layer: Layer.succeed(OutboxSender, {
+              send: () => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(resume)), Effect.as(answer))
+            })
+          }))
+        // A process suspended past its lease: its cycle timer cannot fire, so only the lease bounds it.
+        const suspended = { tweak: (s: Settings) => ({ ...s, lease: Duration.millis(300), cycleTimeout: Duration.hours(1) }) }
+        const staleSender = yield* stalled(late)
+        const first = yield* Effect.fork((yield* deliveryWith(staleSender.layer, {}, suspended)).tick("stale-owner"))
+        yield* Deferred.await(staleSender.entered)
+        expect(yield* rowOf(message.id)).toMatchObject({ state: "delivering", attempt: 1, lease_owner: "stale-owner" })
+        const freshSender = yield* stalled(delivered)
+        const fresh = yield* deliveryWith(freshSender.layer, {}, suspended)
+        yield* TestClock.adjust(299)
+        expect((yield* fresh.tick("fresh-owner")).claimed).toBe(0)
+        yield* TestClock.adjust(1)
+        const second = yield* Effect.fork(fresh.tick("fresh-owner"))
+        yield* Deferred.await(freshSender.entered)
+        const taken = yield* rowOf(message.id)
+        expect(taken).toMatchObject({ state: "delivering", attempt: 2, lease_owner: "fresh-owner" })
+        yield* Deferred.succeed(staleSender.resume, undefined)
+        expect(yield* Fiber.join(first)).toMatchObject({ claimed: 1, delivered: 0, retried: 0, dead: 0, lost: 1 })
+        expect(yield* rowOf(message.id)).toEqual(taken)
+        yield* Deferred.succeed(freshSender.resume, undefined)
+        expect(yield* Fiber.join(second)).toMatchObject({ claimed: 1, delivered: 1, lost: 0 })
+        expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 2 })
+      })))
+  }
 
   it.effect("two workers (two pools) on one table never deliver a row twice within a lease", () =>
     Effect.gen(function*() {
