@@ -99,6 +99,8 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       const forbidden = (reason: EnvelopeForbidden["reason"]) => refuse(context, new EnvelopeForbidden({ reason, correlationId }))
       const unprocessable = (reason: EnvelopeUnprocessable["reason"], detail: Partial<Stages.Invalid & { defect: string }> = {}) =>
         refuse(context, new EnvelopeUnprocessable({ reason, correlationId, ...detail }))
+      const refuseStep4 = (problem: "schema-version-unsupported" | Stages.Invalid) =>
+        problem === "schema-version-unsupported" ? unprocessable(problem) : unprocessable("metadata-invalid", problem)
 
       // Control-plane streams belong to producer devices; board and agent keys do not feed them.
       if (identity._tag !== "Device") return yield* forbidden("device-credential-required")
@@ -113,30 +115,32 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       const { route } = head.right
       context = { ...context, project: route.project, producer: route.producer }
 
-      // Step 3: the signed bytes, the key inside the verified tenant, the Ed25519 signature.
-      const signed = Stages.signedBytes(json.right as Record<string, unknown>, head.right)
-      if (Either.isLeft(signed)) {
-        const problem = signed.left
-        return yield* "malformed" in problem
-          ? unprocessable("signature-malformed", { defect: problem.malformed })
-          : unprocessable("envelope-invalid", problem)
-      }
-      context = { ...context, eventIdentity: signed.right.eventIdentity }
+      // Step 3: the signature's encoding, the signed bytes, the key inside the verified tenant, the Ed25519
+      // signature. Step 4 (schema version, closed metadata) only ever sees a verified signature.
+      const signature = Stages.signatureOf(head.right)
+      if (Either.isLeft(signature)) return yield* unprocessable("signature-malformed", { defect: signature.left })
+      const envelopeJson = json.right as Record<string, unknown>
+      const signed = Stages.signedBytes(envelopeJson)
+      if (Either.isRight(signed)) context = { ...context, eventIdentity: signed.right.eventIdentity }
       const key = yield* signer.resolveVerificationKey(identity.tenant, head.right.keyId).pipe(
         Effect.catchTags({
           KeyRefused: (refused) => forbidden(refused.reason),
           SignerStorageUnavailable: () => Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
         })
       )
-      if (!verify(null, signed.right.bytes, keyObjectOf(key), signed.right.signature)) return yield* forbidden("signature-invalid")
+      // Without an RFC 8785 form (a lone surrogate in the metadata) no signature can cover the envelope:
+      // after the key lookup, the refusal is step 4's, which says what is wrong and where.
+      if (Either.isLeft(signed)) {
+        const unsignable = Stages.requireVersionAndMetadata(envelopeJson, head.right)
+        return yield* Either.isLeft(unsignable)
+          ? refuseStep4(unsignable.left)
+          : unprocessable("metadata-invalid", { problem: "invalid-value", at: "/metadata" })
+      }
+      if (!verify(null, signed.right.bytes, keyObjectOf(key), signature.right)) return yield* forbidden("signature-invalid")
 
       // Step 4: schema version 1, then the closed metadata payload.
-      const checked = Stages.requireVersionAndMetadata(json.right as Record<string, unknown>, head.right)
-      if (Either.isLeft(checked)) {
-        return yield* checked.left === "schema-version-unsupported"
-          ? unprocessable("schema-version-unsupported")
-          : unprocessable("metadata-invalid", checked.left)
-      }
+      const checked = Stages.requireVersionAndMetadata(envelopeJson, head.right)
+      if (Either.isLeft(checked)) return yield* refuseStep4(checked.left)
       const envelope = checked.right
 
       // Steps 5 and 6: under the stream lock, check and commit, in one statement that is one transaction

@@ -3,20 +3,21 @@ import {
   decodeSignature,
   type Envelope,
   EnvelopeHead,
+  invalidAt,
+  type InvalidAt,
   Metadata,
   SUPPORTED_SCHEMA_VERSION
 } from "@delivery/signer"
-import { Either, ParseResult, Schema } from "effect"
+import { Either, Schema } from "effect"
 
 // The envelope is parsed in stages so that each of spec 000's checks only sees what it needs and a
 // refusal costs no more than its own stage: route and bounded identities (step 2) before any key or
 // signature work (step 3), schema version and the closed metadata (step 4) only for signed bytes.
 // All functions here are pure; EnvelopeInbox decides what each outcome costs (audit, status).
+// None of them recurses over the received value or formats it into a message, so neither a deep nor a
+// wide body can cost more than linear time or exhaust the stack (JSON.parse itself is iterative).
 
-export interface Invalid {
-  readonly problem: "unexpected-member" | "missing-member" | "invalid-value"
-  readonly at: string
-}
+export type Invalid = InvalidAt
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 const utf8Encoder = new TextEncoder()
@@ -49,19 +50,8 @@ export type Head = typeof Head.Type
 
 const decodeHeadEither = Schema.decodeUnknownEither(Head, { onExcessProperty: "error", errors: "first" })
 
-const pointer = (path: ReadonlyArray<PropertyKey>) => path.map((p) => "/" + String(p)).join("")
-
-// Only member names from the schema reach `at` (an unexpected member is reported at its parent),
-// so the refusal never quotes what the client sent.
-const toInvalid = (error: ParseResult.ParseError): Invalid => {
-  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-  const path = issue?.path ?? []
-  if (issue?._tag === "Unexpected") return { problem: "unexpected-member", at: pointer(path.slice(0, -1)) }
-  return { problem: issue?._tag === "Missing" ? "missing-member" : "invalid-value", at: pointer(path) }
-}
-
 /** Step 2, second half: bounded identities (route, event id, idempotency key, sequence, key id, time). */
-export const decodeHead = (json: unknown): Either.Either<Head, Invalid> => Either.mapLeft(decodeHeadEither(json), toInvalid)
+export const decodeHead = (json: unknown): Either.Either<Head, Invalid> => Either.mapLeft(decodeHeadEither(json), invalidAt)
 
 export interface SignedBytes {
   readonly bytes: Uint8Array
@@ -69,26 +59,24 @@ export interface SignedBytes {
   readonly text: string
   /** SHA-256 (hex) of `bytes`: the event identity of audit rows and duplicate detection. */
   readonly eventIdentity: string
-  readonly signature: Uint8Array
 }
+
+/** Step 3, first: the signature's text as 64 bytes, or how it is malformed (before any key lookup). */
+export const signatureOf = (head: Head): Either.Either<Uint8Array, string> => decodeSignature(head.signature)
 
 /**
  * Step 3, before the key lookup: the RFC 8785 bytes of the envelope without `signature` (exactly what
- * `signingBytes` of @delivery/signer computes) and the decoded signature. The metadata is still
- * unvalidated here, so a value without an RFC 8785 form (a lone surrogate) is refused as invalid.
+ * `signingBytes` of @delivery/signer computes). Everything but the metadata passed step 2, so the only
+ * way to have no RFC 8785 form is a lone surrogate in the still undecoded metadata: then nothing can have
+ * been signed, and `requireVersionAndMetadata` says why once the key lookup has had its say.
  */
-export const signedBytes = (
-  json: Record<string, unknown>,
-  head: Head
-): Either.Either<SignedBytes, { readonly malformed: string } | Invalid> => {
-  const signature = decodeSignature(head.signature)
-  if (Either.isLeft(signature)) return Either.left({ malformed: signature.left })
+export const signedBytes = (json: Record<string, unknown>): Either.Either<SignedBytes, "no-signed-bytes"> => {
   const { signature: _, ...unsigned } = json
   return Either.match(Canonical.canonicalString(unsigned), {
-    onLeft: (error) => Either.left({ problem: "invalid-value" as const, at: error.path }),
+    onLeft: () => Either.left("no-signed-bytes" as const),
     onRight: (text) => {
       const bytes = utf8Encoder.encode(text)
-      return Either.right({ bytes, text, eventIdentity: Canonical.sha256Hex(bytes), signature: signature.right })
+      return Either.right({ bytes, text, eventIdentity: Canonical.sha256Hex(bytes) })
     }
   })
 }
@@ -104,7 +92,7 @@ export const requireVersionAndMetadata = (
   // The rest of the envelope passed in step 2; only the metadata is left to decode.
   return Either.match(decodeMetadataEither(json.metadata), {
     onLeft: (error) => {
-      const invalid = toInvalid(error)
+      const invalid = invalidAt(error)
       return Either.left({ ...invalid, at: `/metadata${invalid.at}` })
     },
     onRight: (metadata) => Either.right({ ...head, metadata })

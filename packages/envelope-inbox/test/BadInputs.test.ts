@@ -2,7 +2,8 @@ import { expect, layer } from "@effect/vitest"
 import { HttpBody } from "@effect/platform"
 import { ApiKeyName, Identity, Permission } from "@delivery/identity"
 import { KeyId, RawPublicKey, rawPublicKey, Signer } from "@delivery/signer"
-import { Effect } from "effect"
+import { Canonical } from "@delivery/core"
+import { Effect, Either } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { EnvelopeInbox } from "../src/index.ts"
 import { type Answer, auditOf, counts, post, producer, type Producer, streamOf, SuiteLive } from "./support/Harness.ts"
@@ -15,11 +16,29 @@ interface BadInput {
   readonly detail?: Record<string, unknown>
   /** Refusals after authentication are audited; the body limit runs before it, so 413 is not. */
   readonly audited?: boolean
+  /** A generous bound for inputs built to be expensive (deep or wide): linear work stays far below it. */
+  readonly withinMs?: number
   readonly send: (p: Producer) => Effect.Effect<Answer, unknown, any>
 }
 
 const sign = (p: Producer, json: Record<string, unknown>) => signJson(json, p.privateKey)
 const base = (p: Producer, sequence = 9) => envelopeJson({ tenant: p.tenant, sequence })
+const metadataWith = (attributes: unknown) => ({ kind: "task.proposed", subject: "task-42", attributes })
+
+// JSON.stringify recurses (and overflows on deep values); the canonical form is the same JSON, written iteratively.
+const jsonText = (value: Record<string, unknown>) => Either.getOrThrow(Canonical.canonicalString(value))
+const nested = (depth: number, leaf: unknown = PAYLOAD_MARKER) => {
+  let value = leaf
+  for (let i = 0; i < depth; i++) value = [value]
+  return value
+}
+/** Signed by the producer's real key, sent as text: the deep and wide cases must get past step 3. */
+const postSigned = (p: Producer, json: Record<string, unknown>) => post(jsonText(sign(p, json)), p.token)
+
+// A lone surrogate has no UTF-8 (so no RFC 8785) form: nothing can be signed. The placeholder is signed and
+// then replaced in the text; JSON's escape reaches the server as the lone code unit.
+const withLoneSurrogate = (p: Producer, attributes: Record<string, string>) =>
+  post(jsonText(sign(p, { ...base(p), metadata: metadataWith(attributes) })).replace("LONE", "\\ud800"), p.token)
 
 // Each case starts from a stream that already holds sequences 1..3 with the replay floor raised to 5.
 const cases: ReadonlyArray<BadInput> = [
@@ -60,6 +79,83 @@ const cases: ReadonlyArray<BadInput> = [
     reason: "metadata-invalid",
     detail: { problem: "unexpected-member", at: "/metadata" },
     send: (p) => post(sign(p, { ...base(p), metadata: { kind: "task.proposed", subject: "t", attributes: {}, x: 1 } }), p.token)
+  },
+  {
+    name: "a lone surrogate in an attribute value",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata/attributes/title" },
+    send: (p) => withLoneSurrogate(p, { title: `LONE ${PAYLOAD_MARKER}` })
+  },
+  {
+    name: "a lone surrogate in an attribute key",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "unexpected-member", at: "/metadata/attributes" },
+    send: (p) => withLoneSurrogate(p, { [`LONE${PAYLOAD_MARKER}`]: "x" })
+  },
+  {
+    name: "a C1 control character (U+0085) in an attribute value",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata/attributes/title" },
+    send: (p) => postSigned(p, { ...base(p), metadata: metadataWith({ title: `next\u0085line ${PAYLOAD_MARKER}` }) })
+  },
+  {
+    name: "a 20,000-deep metadata value (40 KB)",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), metadata: nested(20_000) })
+  },
+  {
+    name: "a 20,000-deep attribute value",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata/attributes/title" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), metadata: metadataWith({ title: nested(20_000) }) })
+  },
+  {
+    name: "a 20,000-deep route",
+    status: 422,
+    reason: "envelope-invalid",
+    detail: { problem: "invalid-value", at: "/route" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), route: nested(20_000) })
+  },
+  {
+    name: "a 20,000-deep unknown member",
+    status: 422,
+    reason: "envelope-invalid",
+    detail: { problem: "unexpected-member", at: "" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), extra: nested(20_000) })
+  },
+  {
+    name: "a wide metadata value (an array of 25,000 items)",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), metadata: Array.from({ length: 25_000 }, () => 0) })
+  },
+  {
+    name: "4,000 attributes",
+    status: 422,
+    reason: "metadata-invalid",
+    detail: { problem: "invalid-value", at: "/metadata/attributes" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), metadata: metadataWith(Object.fromEntries(Array.from({ length: 4_000 }, (_, i) => [`a${i}`, "x"]))) })
+  },
+  {
+    name: "4,000 unknown top-level members",
+    status: 422,
+    reason: "envelope-invalid",
+    detail: { problem: "unexpected-member", at: "" },
+    withinMs: 5_000,
+    send: (p) => postSigned(p, { ...base(p), ...Object.fromEntries(Array.from({ length: 4_000 }, (_, i) => [`x${i}`, 1])) })
   },
   {
     name: "bad base64 in the signature",
@@ -165,9 +261,12 @@ layer(SuiteLive(), { excludeTestServices: true })("bad inputs get their stable r
         const before = yield* counts(p.tenant)
         const stream = yield* streamOf(p.tenant)
 
+        const started = performance.now()
         const answer = yield* bad.send(p)
+        const elapsed = performance.now() - started
 
         expect(answer.status).toBe(bad.status)
+        if (bad.withinMs !== undefined) expect(elapsed).toBeLessThan(bad.withinMs)
         expect(answer.body).toMatchObject({ reason: bad.reason, correlationId: answer.headers["x-correlation-id"], ...bad.detail })
         expect(JSON.stringify(answer)).not.toContain(PAYLOAD_MARKER)
         const after = yield* counts(p.tenant)

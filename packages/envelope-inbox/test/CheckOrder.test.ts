@@ -1,10 +1,11 @@
 import { expect, layer } from "@effect/vitest"
 import { HttpBody } from "@effect/platform"
 import { Effect, Redacted, Stream } from "effect"
-import { randomBytes } from "node:crypto"
+import { generateKeyPairSync, randomBytes } from "node:crypto"
 import { vi } from "vitest"
 import { SqlCounter } from "@delivery/testing"
 import { auditOf, counts, generousEnv, KeyLookups, post, producer, secondDevice, SuiteLive } from "./support/Harness.ts"
+import { envelopeJson, signJson } from "./support/Signing.ts"
 
 // Counts every Ed25519 verification made through node:crypto (the inbox's signature check), so
 // "no signature work" is observed rather than inferred from the order of the code.
@@ -88,6 +89,44 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000: the inbound checks 
       ])
       expect(statements[1]).toContain("signer_keys")
       expect(statements[2]).toContain("FROM inbox_ingest(")
+    }))
+
+  // Each of these envelopes fails both step 3 and step 4: the answer must be step 3's.
+  const failsStep4 = (tenant: string): ReadonlyArray<[string, Record<string, unknown>]> => [
+    ["schema version 2", { ...envelopeJson({ tenant, sequence: 1 }), schemaVersion: 2 }],
+    ["metadata with an unknown member", { ...envelopeJson({ tenant, sequence: 1 }), metadata: { kind: "task.proposed", subject: "t", attributes: {}, x: 1 } }],
+    ["metadata of the wrong kind", { ...envelopeJson({ tenant, sequence: 1 }), metadata: { kind: "task.deleted", subject: "t", attributes: {} } }]
+  ]
+
+  it.effect("resolve keys and verify the Ed25519 signature (step 3) before the schema version and metadata (step 4): a bad signature on an envelope that also fails step 4 is 403 signature-invalid after one key lookup and one verification", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const stranger = generateKeyPairSync("ed25519").privateKey
+      for (const [name, json] of failsStep4(p.tenant)) {
+        const { keyLookups, result, verifications } = yield* work(post(signJson(json, stranger), p.token))
+        expect([name, result.status, result.body.reason]).toEqual([name, 403, "signature-invalid"])
+        expect({ keyLookups, verifications }).toEqual({ keyLookups: 1, verifications: 1 })
+        // The same envelope signed by the producer's own key reaches step 4.
+        const signed = yield* post(signJson(json, p.privateKey), p.token)
+        expect([name, signed.status]).toEqual([name, 422])
+        expect(["schema-version-unsupported", "metadata-invalid"]).toContain(signed.body.reason)
+      }
+    }))
+
+  it.effect("keys are resolved inside the verified scope before step 4: an unknown key id with invalid metadata does the key lookup and is 403 key-unknown, never metadata-invalid, with no verification", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      for (const [name, json] of failsStep4(p.tenant)) {
+        const { keyLookups, result, verifications } = yield* work(post(signJson({ ...json, keyId: "k9" }, p.privateKey), p.token))
+        expect([name, result.status, result.body.reason]).toEqual([name, 403, "key-unknown"])
+        expect({ keyLookups, verifications }).toEqual({ keyLookups: 1, verifications: 0 })
+      }
+      // Metadata without an RFC 8785 form (a lone surrogate) has no signed bytes; the key is still looked up first.
+      const text = JSON.stringify(signJson({ ...envelopeJson({ tenant: p.tenant, sequence: 1 }), keyId: "k9" }, p.privateKey))
+        .replace("task-42", "task-42\\ud800")
+      const lone = yield* work(post(text, p.token))
+      expect([lone.result.status, lone.result.body.reason, lone.keyLookups, lone.verifications]).toEqual([403, "key-unknown", 1, 0])
+      expect((yield* auditOf(p.tenant)).map((row) => row.reason)).toEqual([...failsStep4(p.tenant).map(() => "key-unknown"), "key-unknown"])
     }))
 
   it.effect("the outer adapter enforces its body limit before constructing a request: an oversized body is 413 body-too-large before authentication, with no query at all", () =>

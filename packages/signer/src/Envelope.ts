@@ -64,8 +64,9 @@ export const MAX_ATTRIBUTES = 32
 export const MAX_ATTRIBUTE_CODE_POINTS = 1024
 
 // Lone surrogates have no UTF-8 form (so no RFC 8785 form); control characters other than
-// tab and line feed only ever smuggle something into a log or a terminal.
-const FORBIDDEN_TEXT = /[\u0000-\u0008\u000B-\u001F\u007F]|\p{Surrogate}/u
+// tab and line feed (C0, DEL and C1: every Unicode `Cc`) only ever smuggle something into a log
+// or a terminal (U+0085 is a line break to some, U+009B a terminal's escape introducer).
+const FORBIDDEN_TEXT = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F]|\p{Surrogate}/u
 
 export const AttributeValue = Schema.String.pipe(
   Schema.filter(
@@ -146,17 +147,55 @@ export class EnvelopeInvalid extends Schema.TaggedError<EnvelopeInvalid>()("Enve
   at: Schema.String
 }) {}
 
+/** What is wrong and where: the details of `envelope-invalid` and `metadata-invalid`. */
+export interface InvalidAt {
+  readonly problem: "unexpected-member" | "missing-member" | "invalid-value"
+  readonly at: string
+}
+
+/**
+ * The first problem of a failed parse, found by walking the issue tree. Never through a formatter: its
+ * messages print the received value, which costs as much as the value is large and recurses as deep as
+ * it is nested (a 20,000-deep array overflowed the stack). The walk follows the schema, not the value,
+ * so its length is bounded by the schema's depth. Paths are schema member names and attribute keys that
+ * passed their pattern; an unexpected member, the one name nobody validated, is reported at its parent.
+ */
+export const invalidAt = (error: ParseResult.ParseError): InvalidAt => {
+  const path: Array<PropertyKey> = []
+  let issue: ParseResult.ParseIssue = error.issue
+  for (;;) {
+    switch (issue._tag) {
+      case "Pointer":
+        if (Array.isArray(issue.path)) path.push(...issue.path)
+        else path.push(issue.path as PropertyKey)
+        issue = issue.issue
+        continue
+      case "Composite":
+        issue = Array.isArray(issue.issues) ? issue.issues[0]! : issue.issues as ParseResult.ParseIssue
+        continue
+      case "Refinement":
+        // A failed predicate is the value's own problem, whatever it failed inside.
+        if (issue.kind === "Predicate") return { problem: "invalid-value", at: pointer(path) }
+        issue = issue.issue
+        continue
+      case "Transformation":
+        issue = issue.issue
+        continue
+      case "Unexpected":
+        return { problem: "unexpected-member", at: pointer(path.slice(0, -1)) }
+      case "Missing":
+        return { problem: "missing-member", at: pointer(path) }
+      case "Type":
+      case "Forbidden":
+        return { problem: "invalid-value", at: pointer(path) }
+    }
+  }
+}
+
 const pointer = (path: ReadonlyArray<PropertyKey>) => path.map((p) => "/" + String(p)).join("")
 
-const toInvalid = (error: ParseResult.ParseError): EnvelopeInvalid => {
-  const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-  const path = issue?.path ?? []
-  if (issue?._tag === "Unexpected") {
-    return new EnvelopeInvalid({ reason: "envelope-invalid", problem: "unexpected-member", at: pointer(path.slice(0, -1)) })
-  }
-  const problem = issue?._tag === "Missing" ? "missing-member" : "invalid-value"
-  return new EnvelopeInvalid({ reason: "envelope-invalid", problem, at: pointer(path) })
-}
+const toInvalid = (error: ParseResult.ParseError): EnvelopeInvalid =>
+  new EnvelopeInvalid({ reason: "envelope-invalid", ...invalidAt(error) })
 
 const options = { onExcessProperty: "error", errors: "first" } as const
 const decodeEnvelopeEither = Schema.decodeUnknownEither(Envelope, options)

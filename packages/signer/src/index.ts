@@ -11,6 +11,8 @@ export {
   EnvelopeInvalid,
   EventId,
   IdempotencyKey,
+  invalidAt,
+  type InvalidAt,
   MAX_ATTRIBUTE_CODE_POINTS,
   MAX_ATTRIBUTES,
   Metadata,

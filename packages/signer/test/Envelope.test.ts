@@ -184,9 +184,48 @@ describe("metadata.attributes: at most 32 entries, bounded keys, values of at mo
     ["a non-string value", { title: 1 }],
     ["a NUL character", { title: "a\u0000b" }],
     ["an escape character", { title: "\u001b[31mred" }],
+    ["a DEL character", { title: "a\u007fb" }],
+    ["a C1 next-line character (U+0085)", { title: "a\u0085b" }],
+    ["a C1 control sequence introducer (U+009B)", { title: "\u009b31mred" }],
     ["a lone surrogate", { title: "\ud800" }]
   ])("refused: %s", (_, value) => {
     expect(refusal(attributes(value))).toMatchObject({ reason: "envelope-invalid" })
+  })
+
+  it("the first character after the C1 range (U+00A0, no-break space) is text", () => {
+    expect(Either.isRight(parse(attributes({ title: "a\u00a0b" })))).toBe(true)
+  })
+})
+
+describe("deep and wide values are refused in bounded time, by schema path only", () => {
+  const nested = (depth: number) => {
+    let value: unknown = "payload-marker"
+    for (let i = 0; i < depth; i++) value = [value]
+    return value
+  }
+  const timedRefusal = (value: unknown) => {
+    const started = performance.now()
+    const refused = refusal(value)
+    return { refused, ms: performance.now() - started }
+  }
+
+  it.each<[string, ReadonlyArray<string>, unknown, string]>([
+    ["a 20,000-deep metadata", ["metadata"], nested(20_000), "/metadata"],
+    ["a 20,000-deep attribute value", ["metadata", "attributes", "title"], nested(20_000), "/metadata/attributes/title"],
+    ["a 20,000-deep route", ["route"], nested(20_000), "/route"],
+    ["a 200,000-item attribute value", ["metadata", "attributes", "title"], Array.from({ length: 200_000 }, () => 0), "/metadata/attributes/title"]
+  ])("%s is envelope-invalid at its schema path, without formatting (or echoing) the value", (_, path, value, at) => {
+    const { ms, refused } = timedRefusal(setPath(signedJson(), path, value))
+    expect({ reason: refused.reason, problem: refused.problem, at: refused.at }).toEqual({ reason: "envelope-invalid", problem: "invalid-value", at })
+    expect(JSON.stringify(refused)).not.toContain("payload-marker")
+    expect(ms).toBeLessThan(2_000)
+  })
+
+  it("100,000 unknown members are one unexpected-member refusal at the top", () => {
+    const wide = { ...signedJson(), ...Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`x${i}`, i])) }
+    const { ms, refused } = timedRefusal(wide)
+    expect({ problem: refused.problem, at: refused.at }).toEqual({ problem: "unexpected-member", at: "" })
+    expect(ms).toBeLessThan(2_000)
   })
 })
 
