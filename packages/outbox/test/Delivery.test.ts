@@ -3,7 +3,7 @@ import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
 import { verifyEnvelopeSignature } from "@delivery/signer"
 import { connect, LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext, TestServices } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
@@ -137,7 +137,8 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
     }))
 
   it.effect("5xx and a dropped connection are temporary, a timeout is ambiguous (spec 002 'Provider limits'): each is retried with backoff until the caller-set maximum attempts, then dead-lettered", () =>
-    Effect.gen(function*() {
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
       const { outbox, receiver } = yield* setup("acme")
       const { message } = yield* outbox.enqueue(request("acme", "web", { maxAttempts: 3 }))
       yield* receiver.script(
@@ -145,20 +146,24 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
         { key: message.id, times: 1, reply: LoopbackReply.drop() },
         { key: message.id, times: 1, reply: LoopbackReply.hang() }
       )
-      const delivery = yield* deliveryWith("http", { OUTBOX_BACKOFF_BASE: "1 millis", OUTBOX_BACKOFF_CAP: "1 millis" })
+      const delivery = yield* deliveryWith("http", { OUTBOX_BACKOFF_BASE: "1 second", OUTBOX_BACKOFF_CAP: "1 second" })
       const codes: Array<unknown> = []
       for (let i = 0; i < 3; i++) {
-        yield* Effect.sleep("5 millis")
-        yield* delivery.tick("w1")
+        const tick = yield* Effect.fork(delivery.tick("w1"))
+        yield* receiver.awaitRequests(i + 1)
+        // The hung request ends at the request timeout (fastSettings: 400 ms).
+        if (i === 2) yield* TestClock.adjust("400 millis")
+        yield* Fiber.join(tick)
         codes.push((yield* rowOf(message.id)).last_error)
+        yield* TestClock.adjust("1 second")
       }
       expect(codes).toEqual(["provider-5xx", "provider-connection-dropped", "provider-timeout"])
       expect(yield* rowOf(message.id)).toMatchObject({ state: "dead", dead_reason: "attempts-exhausted", attempt: 3 })
       expect((yield* receiver.requests).map((r) => r.idempotencyKey)).toEqual([message.id, message.id, message.id])
-      // Dead is final for the worker: nothing is claimed again.
-      yield* Effect.sleep("5 millis")
+      // Dead is final for the worker: nothing is claimed again, however long it waits.
+      yield* TestClock.adjust("1 day")
       expect((yield* delivery.tick("w1")).claimed).toBe(0)
-    }))
+    })))
 
   it.effect("backoff (TestClock): capped exponential from core, not claimable before it is due; a receiver's Retry-After is honoured within bounds", () =>
     withTestClock(Effect.gen(function*() {
@@ -265,7 +270,11 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       for (let i = 0; i < 200; i++) yield* outbox.enqueue(request("acme", "web"))
       const db = yield* TestDatabase
       const otherPool = yield* connect(db.url)
-      const settings = { OUTBOX_BATCH_SIZE: "20", OUTBOX_CONCURRENCY: "20" }
+      // Timeouts far above a loaded machine's latency: a timed-out request would be retried legitimately.
+      const settings = {
+        OUTBOX_BATCH_SIZE: "20", OUTBOX_CONCURRENCY: "20",
+        OUTBOX_REQUEST_TIMEOUT: "10 seconds", OUTBOX_CYCLE_TIMEOUT: "12 seconds", OUTBOX_LEASE: "15 seconds"
+      }
       const a = yield* deliveryWith("http", settings)
       const b = yield* deliveryWith("http", settings, { sql: otherPool })
       const drain = (worker: typeof a, owner: string) =>
@@ -286,6 +295,31 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(yield* sql`SELECT state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2`)
         .toEqual([{ state: "delivered", attempt: 1, n: 200 }])
     }).pipe(Effect.scoped))
+
+  it.effect("OUTBOX_CYCLE_TIMEOUT: a hung receiver is aborted at the cycle timeout and the row is recorded (fenced) as an ambiguous attempt, never acknowledged", () =>
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const { outbox, receiver } = yield* setup("acme")
+      const { message } = yield* outbox.enqueue(request("acme", "web"))
+      yield* receiver.script({ key: message.id, reply: LoopbackReply.hang({ accept: true }) })
+      // The request timeout is moved out of the way: only the cycle timeout can end this delivery.
+      const delivery = yield* deliveryWith("http", {}, {
+        tweak: (s) => ({ ...s, requestTimeout: Duration.hours(1), cycleTimeout: Duration.seconds(2) })
+      })
+      const tick = yield* Effect.fork(delivery.tick("w1"))
+      yield* receiver.awaitRequests(1)
+      yield* TestClock.adjust("2 seconds")
+      // Bounded in real time: without the cycle timeout this tick would wait on the receiver forever.
+      const result = yield* TestServices.provideLive(Fiber.join(tick).pipe(
+        Effect.timeoutFail({ duration: "10 seconds", onTimeout: () => "the delivery outlived the cycle timeout" })
+      ))
+      expect(result).toMatchObject({ claimed: 1, delivered: 0, retried: 1, lost: 0 })
+      const [aborted] = yield* receiver.awaitAborts(1)
+      expect(aborted!.idempotencyKey).toBe(message.id)
+      expect(yield* rowOf(message.id)).toMatchObject({
+        state: "pending", attempt: 1, last_error: "provider-interrupted", lease_owner: null
+      })
+    })))
 
   it.effect("interruption cancels an in-flight delivery: the request is aborted and the attempt is recorded (fenced) as ambiguous, never acknowledged", () =>
     Effect.gen(function*() {

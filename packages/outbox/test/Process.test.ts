@@ -1,9 +1,9 @@
 import { expect, layer } from "@effect/vitest"
 import { LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
-import { Effect } from "effect"
+import { Effect, Schedule } from "effect"
 import { join } from "node:path"
 import { spawnBun } from "@delivery/testing"
-import { Outbox } from "../src/index.ts"
+import { Outbox, type OutboxDelivery } from "../src/index.ts"
 import { deliveryWith, request, resetOutbox, rowOf, seedOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
 
 const fixture = join(import.meta.dirname, "fixtures/outbox-worker.ts")
@@ -35,9 +35,13 @@ const setup = (tenant: string) =>
     return { receiver, message, db: yield* TestDatabase }
   })
 
-/** Sleeps until the row's lease (its due_at while delivering) has passed. */
-const awaitLeaseExpiry = (id: string) =>
-  Effect.flatMap(rowOf(id), (row) => Effect.sleep(Math.max(0, row.due_at!.getTime() - Date.now()) + 100))
+/** Ticks a takeover worker until it claims something (the killed or suspended owner's lease expired), bounded. */
+const takeOver = (takeover: OutboxDelivery, owner: string) =>
+  takeover.tick(owner).pipe(
+    Effect.filterOrFail((result) => result.claimed > 0, () => "nothing claimable yet"),
+    Effect.retry({ schedule: Schedule.spaced("50 millis"), while: (error) => error === "nothing claimable yet" }),
+    Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => "the lease never expired" })
+  )
 
 layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 000: an expired lease makes a crash recoverable)", (it) => {
   it.effect("a worker killed mid-delivery (SIGKILL) loses nothing: after lease expiry another worker delivers the row with the same idempotency key", () =>
@@ -52,8 +56,7 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       expect(yield* rowOf(message.id)).toMatchObject({ state: "delivering", attempt: 1 })
       const takeover = yield* deliveryWith("http", takeoverSettings)
       expect((yield* takeover.tick("takeover")).claimed).toBe(0)
-      yield* awaitLeaseExpiry(message.id)
-      expect(yield* takeover.tick("takeover")).toMatchObject({ claimed: 1, delivered: 1 })
+      expect(yield* takeOver(takeover, "takeover")).toMatchObject({ claimed: 1, delivered: 1 })
       expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 2 })
       const sent = yield* receiver.requests
       expect(sent.map((r) => [r.idempotencyKey, r.headers["webhook-id"]])).toEqual([[message.id, message.id], [message.id, message.id]])
@@ -71,9 +74,8 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       const worker = yield* spawnBun(fixture, workerEnv(db.url))
       yield* receiver.awaitRequests(1).pipe(Effect.timeout("30 seconds"))
       yield* worker.signal("SIGSTOP")
-      yield* awaitLeaseExpiry(message.id)
       const takeover = yield* deliveryWith("http", takeoverSettings)
-      expect(yield* takeover.tick("takeover")).toMatchObject({ claimed: 1, retried: 1 })
+      expect(yield* takeOver(takeover, "takeover")).toMatchObject({ claimed: 1, retried: 1 })
       const taken = yield* rowOf(message.id)
       expect(taken).toMatchObject({ state: "pending", attempt: 2, last_error: "provider-5xx" })
       // The receiver now answers the stale request too; whatever the stale owner makes of it, it is fenced out.
@@ -95,5 +97,15 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       expect(yield* worker.output).toContain("shutdown: worker outbox-delivery interrupted and joined")
       expect((yield* receiver.requests)[0]!.clientAborted).toBe(true)
       expect(yield* rowOf(message.id)).toMatchObject({ state: "pending", attempt: 1, last_error: "provider-interrupted", lease_owner: null })
+    }).pipe(Effect.scoped))
+
+  it.effect("'OUTBOX_LEASE must exceed the cycle timeout' is checked at start-up: a worker configured with a lease equal to its cycle timeout exits non-zero naming OUTBOX_LEASE and claims nothing", () =>
+    Effect.gen(function*() {
+      const { db, message, receiver } = yield* setup("crash")
+      const worker = yield* spawnBun(fixture, { ...workerEnv(db.url), OUTBOX_CYCLE_TIMEOUT: "3 seconds", OUTBOX_LEASE: "3 seconds" })
+      expect(yield* worker.exitCode()).not.toBe(0)
+      expect(yield* worker.output).toContain("OUTBOX_LEASE")
+      expect(yield* rowOf(message.id)).toMatchObject({ state: "pending", attempt: 0 })
+      expect(yield* receiver.requests).toEqual([])
     }).pipe(Effect.scoped))
 })
