@@ -7,7 +7,7 @@ import { hostname } from "node:os"
 import { type Decision, decide, interrupted, record } from "./Delivery.ts"
 import { OutboxSettings, type Settings } from "./OutboxConfig.ts"
 import { type ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
-import { httpSender, OutboxSender, type SendOutcome } from "./Sender.ts"
+import { httpSender, OutboxSender, type Send, type SendOutcome } from "./Sender.ts"
 import { WebhookSigner } from "./WebhookSignature.ts"
 
 export interface TickResult {
@@ -77,12 +77,12 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
 
     // `concurrency` lanes, each sending one row after another: no fiber per row, and interrupting the
     // lanes aborts exactly the requests in flight.
-    const deliverAll = (rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) => {
+    const deliverAll = (send: Send, rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) => {
       let next = 0
       const lane = Effect.gen(function*() {
         while (next < rows.length) {
           const row = rows[next++]!
-          const outcome = yield* sender.send({
+          const outcome = yield* send({
             id: row.id,
             // Checked against the id pattern when the envelope was enqueued.
             tenant: row.tenant as TenantId,
@@ -95,8 +95,15 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
         }
       })
       const lanes = Array.from({ length: Math.min(settings.concurrency, rows.length) }, () => lane)
-      return Effect.all(lanes, { concurrency: "unbounded", discard: true }).pipe(Effect.timeout(settings.cycleTimeout))
+      return Effect.all(lanes, { concurrency: "unbounded", discard: true })
     }
+
+    /** The batch's sends (the sender reads its tenants' keys now), all within the cycle timeout. */
+    const sendBatch = (rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) =>
+      sender.forBatch(new Set(rows.map((row) => row.tenant as TenantId))).pipe(
+        Effect.flatMap((send) => deliverAll(send, rows, outcomes)),
+        Effect.timeout(settings.cycleTimeout)
+      )
 
     // Which tenants each claim loop last found due, while its claims come back full: the next tick
     // checks their rate and claims again without peeking first. Re-peeked at least every PEEK_EVERY,
@@ -157,7 +164,7 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
           const exhausted = rows.filter((row) => row.attempt > row.attempt_ceiling)
           const sendable = rows.filter((row) => row.attempt <= row.attempt_ceiling)
           const outcomes = new Map<string, SendOutcome>()
-          const exit = yield* Effect.exit(restore(deliverAll(sendable, outcomes)))
+          const exit = yield* Effect.exit(restore(sendBatch(sendable, outcomes)))
           const decided: Array<readonly [ClaimedRow, Decision]> = exhausted.map((row) =>
             [row, { _tag: "Dead", reason: "attempts-exhausted", code: "lease-expired" }] as const
           )

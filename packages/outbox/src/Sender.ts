@@ -23,23 +23,33 @@ export class NotSent extends Data.TaggedClass("NotSent")<{
 
 export type SendOutcome = ProviderHttp.ProviderOutcome | NotSent
 
+/** One attempt's send: never fails, every way an attempt can end is an outcome; interrupting it aborts the request. */
+export type Send = (delivery: Delivery) => Effect.Effect<SendOutcome>
+
 /**
  * The network sender port (spec 000: "a deployment must explicitly inject its ... network sender").
- * `send` never fails: every way an attempt can end is an outcome. Interrupting it aborts the request.
+ * `forBatch` runs once per claimed batch, after the claim, with the batch's tenants: what the
+ * attempts must know as of now (which signing key is active) is read there, never cached across
+ * batches, since another process may rotate or revoke a key at any moment. It cannot fail either.
  */
 export class OutboxSender extends Context.Tag("@delivery/outbox/OutboxSender")<OutboxSender, {
-  readonly send: (delivery: Delivery) => Effect.Effect<SendOutcome>
+  readonly forBatch: (tenants: ReadonlySet<TenantId>) => Effect.Effect<Send>
 }>() {}
+
+/** A sender that needs nothing per batch. */
+export const senderOf = (send: Send) => Layer.succeed(OutboxSender, { forBatch: () => Effect.succeed(send) })
 
 const delivered = new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 })
 
 /** Acknowledges everything without any I/O: the benchmark's no-op job. */
-export const noopSender = Layer.succeed(OutboxSender, { send: () => Effect.succeed(delivered) })
+export const noopSender = senderOf(() => Effect.succeed(delivered))
 
 /**
  * POSTs the signed envelope with the Standard Webhooks headers through the one provider adapter:
  * no redirects, `Idempotency-Key` = `webhook-id` = the message id (stable across retries and
- * redrive), a bounded request timeout, and the adapter's outcome classification.
+ * redrive), a bounded request timeout, and the adapter's outcome classification. The webhook is
+ * signed by the key the tenant has active when its batch is sent; without one (none active, or
+ * the key source lacks its private key) the attempt is not made: `webhook-key-unavailable`.
  */
 export const httpSender = Layer.effect(
   OutboxSender,
@@ -47,25 +57,26 @@ export const httpSender = Layer.effect(
     const provider = yield* ProviderHttp.ProviderHttp
     const webhooks = yield* WebhookSigner
     const { requestTimeout } = yield* OutboxSettings
-    const send = (delivery: Delivery): Effect.Effect<SendOutcome> => {
-      // Validated (ProviderEndpoint.parse) when the operator registered it.
-      if (delivery.endpoint === null) return Effect.succeed(new NotSent({ code: "target-missing" }))
-      const endpoint = delivery.endpoint as ProviderHttp.ProviderEndpoint
-      return webhooks.headers(delivery.tenant, delivery.id, delivery.body).pipe(
-        Effect.matchEffect({
-          onFailure: () => Effect.succeed(new NotSent({ code: "webhook-key-unavailable" })),
-          onSuccess: (headers) =>
-            provider.send({
-              endpoint,
-              idempotencyKey: delivery.id,
-              body: delivery.body,
-              contentType: "application/json",
-              headers,
-              timeout: requestTimeout
-            })
-        })
-      )
-    }
-    return { send }
+    const forBatch = (tenants: ReadonlySet<TenantId>) =>
+      Effect.map(webhooks.forBatch(tenants), (headersFor): Send => (delivery) => {
+        // Validated (ProviderEndpoint.parse) when the operator registered it.
+        if (delivery.endpoint === null) return Effect.succeed(new NotSent({ code: "target-missing" }))
+        const endpoint = delivery.endpoint as ProviderHttp.ProviderEndpoint
+        return headersFor(delivery.tenant, delivery.id, delivery.body).pipe(
+          Effect.matchEffect({
+            onFailure: () => Effect.succeed(new NotSent({ code: "webhook-key-unavailable" })),
+            onSuccess: (headers) =>
+              provider.send({
+                endpoint,
+                idempotencyKey: delivery.id,
+                body: delivery.body,
+                contentType: "application/json",
+                headers,
+                timeout: requestTimeout
+              })
+          })
+        )
+      })
+    return { forBatch }
   })
 )

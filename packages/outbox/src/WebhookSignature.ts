@@ -1,5 +1,5 @@
 import { type KeyId, Signer, SigningKeySource, type TenantId } from "@delivery/signer"
-import { Cache, Clock, Data, Duration, Effect, Exit } from "effect"
+import { Clock, Data, Effect, Option } from "effect"
 import { createPublicKey, verify } from "node:crypto"
 
 // Standard Webhooks (https://www.standardwebhooks.com, spec 1.0.0), asymmetric scheme `v1a`:
@@ -54,41 +54,36 @@ export class WebhookKeyUnavailable extends Data.TaggedError("WebhookKeyUnavailab
   readonly tenant: string
 }> {}
 
-// A key rotation shows up within this long; receivers trust the retired key for the whole replay
-// window anyway, so a slightly stale choice still verifies.
-const ACTIVE_KEY_TTL = Duration.seconds(30)
-
 /**
  * Signs webhook deliveries with the tenant's active signing key (the one `Signer.sign` uses for
- * envelopes), through the tenant-scoped key source. The active key id is cached briefly so a
- * delivery costs one Ed25519 signature and no database round trip.
+ * envelopes), through the tenant-scoped key source. Which key is active is read when a claimed
+ * batch is about to be sent (`forBatch`: one `Signer.keys` per tenant of the batch), never kept
+ * across batches: a key rotated or revoked by any process stops signing from the next batch on,
+ * and a revoked key is never active.
  */
 export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/outbox/WebhookSigner", {
   effect: Effect.gen(function*() {
     const signer = yield* Signer
     const source = yield* SigningKeySource
-    const activeKey = yield* Cache.makeWith({
-      capacity: 10_000,
-      lookup: (tenant: TenantId) =>
-        signer.keys(tenant).pipe(
-          Effect.mapError(() => new WebhookKeyUnavailable({ tenant })),
-          Effect.flatMap((keys) => {
-            const active = keys.find((key) => key.state === "active")
-            return active === undefined
-              ? Effect.fail(new WebhookKeyUnavailable({ tenant }))
-              : Effect.succeed<KeyId>(active.keyId)
-          })
-        ),
-      // A failure is looked up again at once: a key registered a moment ago must be used.
-      timeToLive: (exit) => (Exit.isSuccess(exit) ? ACTIVE_KEY_TTL : Duration.zero)
-    })
+
+    const activeKey = (tenant: TenantId) =>
+      signer.keys(tenant).pipe(
+        Effect.map((keys) => Option.fromNullable(keys.find((key) => key.state === "active")?.keyId)),
+        // Unknown is treated like absent: nothing is signed with a key we could not confirm.
+        Effect.catchAll((error) =>
+          Effect.as(
+            Effect.logWarning("webhook signing key lookup failed").pipe(Effect.annotateLogs({ tenant, error: error._tag })),
+            Option.none<KeyId>()
+          )
+        )
+      )
 
     /** The three Standard Webhooks headers for one attempt; the timestamp is the attempt's, from the Clock. */
-    const headers = (tenant: TenantId, id: string, body: string) =>
+    const headers = (tenant: TenantId, keyId: Option.Option<KeyId>, id: string, body: string) =>
       Effect.gen(function*() {
-        const keyId = yield* activeKey.get(tenant)
+        if (Option.isNone(keyId)) return yield* new WebhookKeyUnavailable({ tenant })
         const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-        const signature = yield* source.sign(tenant, keyId, signedContent(id, timestamp, body)).pipe(
+        const signature = yield* source.sign(tenant, keyId.value, signedContent(id, timestamp, body)).pipe(
           Effect.mapError(() => new WebhookKeyUnavailable({ tenant }))
         )
         return {
@@ -98,6 +93,19 @@ export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/ou
         }
       })
 
-    return { headers } as const
+    /** Reads the active key of each tenant now; the returned function signs this batch's attempts with them. */
+    const forBatch = (tenants: Iterable<TenantId>) =>
+      Effect.map(
+        Effect.forEach(tenants, (tenant) => Effect.map(activeKey(tenant), (keyId) => [tenant, keyId] as const), {
+          concurrency: 4
+        }),
+        (entries) => {
+          const active = new Map(entries)
+          return (tenant: TenantId, id: string, body: string) =>
+            headers(tenant, active.get(tenant) ?? Option.none(), id, body)
+        }
+      )
+
+    return { forBatch } as const
   })
 }) {}

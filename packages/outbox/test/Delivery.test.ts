@@ -1,14 +1,14 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
-import { verifyEnvelopeSignature } from "@delivery/signer"
-import { connect, LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext, TestServices } from "effect"
+import { KeyId, Signer, TenantId, verifyEnvelopeSignature } from "@delivery/signer"
+import { connect, LoopbackProvider, LoopbackReply, type RecordedRequest, TestDatabase } from "@delivery/testing"
+import { Deferred, Duration, Effect, Fiber, Option, TestClock, TestContext, TestServices } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
 import { type ClaimedRow, DeliveryRepo } from "../src/DeliveryRepo.ts"
-import { Outbox, OutboxSender, OutboxSettings, type SendOutcome, type Settings, WebhookSignature } from "../src/index.ts"
+import { Outbox, OutboxSettings, type SendOutcome, senderOf, type Settings, WebhookSignature } from "../src/index.ts"
 import { deliveryWith, publicKeyOf, request, resetOutbox, rowOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
 
 /**
@@ -32,7 +32,7 @@ const verifyV1a = async (headers: Readonly<Record<string, string>>, body: string
 }
 
 const delivered = new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 })
-const noop = Layer.succeed(OutboxSender, { send: () => Effect.succeed(delivered) })
+const noop = senderOf(() => Effect.succeed(delivered))
 const withTestClock = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.provide(effect, TestContext.TestContext)
 
 const setup = (tenant: string, project = "web") =>
@@ -63,6 +63,39 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(yield* Effect.promise(() => verifyV1a(sent!.headers, sent!.bodyText + " ", publicKeyOf(1), now))).toBe(false)
       expect(yield* Effect.promise(() => verifyV1a(sent!.headers, sent!.bodyText, publicKeyOf(2), now))).toBe(false)
       expect(yield* rowOf(message.id)).toMatchObject({ state: "delivered", attempt: 1, last_error: null, lease_owner: null })
+    }))
+
+  it.effect("'the key active at delivery signs; a revoked key never signs': after a rotation and a revocation the next webhook is signed by the new key; after a rotation to a key without private material nothing is sent and the rows wait or dead-letter with webhook-key-unavailable", () =>
+    Effect.gen(function*() {
+      const { outbox, receiver } = yield* setup("rotated")
+      const signer = yield* Signer
+      const tenant = TenantId.make("rotated")
+      const delivery = yield* deliveryWith("http")
+      const verifies = (sent: RecordedRequest, key: number) =>
+        Effect.promise(() => verifyV1a(sent.headers, sent.bodyText, publicKeyOf(key), Math.floor(Date.now() / 1000)))
+
+      yield* outbox.enqueue(request("rotated", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ delivered: 1 })
+      expect(yield* verifies((yield* receiver.requests)[0]!, 1)).toBe(true)
+
+      yield* signer.rotate(tenant, KeyId.make("k2"), publicKeyOf(2))
+      yield* signer.revoke(tenant, KeyId.make("k1"))
+      yield* outbox.enqueue(request("rotated", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ delivered: 1 })
+      const rotated = (yield* receiver.requests)[1]!
+      expect(yield* verifies(rotated, 2)).toBe(true)
+      expect(yield* verifies(rotated, 1)).toBe(false)
+
+      // Enqueued (signed by k2) before the next rotation; the key source holds no private key for k3.
+      const waiting = (yield* outbox.enqueue(request("rotated", "web"))).message
+      const last = (yield* outbox.enqueue(request("rotated", "web", { maxAttempts: 1 }))).message
+      yield* signer.rotate(tenant, KeyId.make("k3"), publicKeyOf(3))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 0, retried: 1, dead: 1 })
+      expect((yield* receiver.requests).length).toBe(2)
+      expect(yield* rowOf(waiting.id)).toMatchObject({ state: "pending", attempt: 1, last_error: "webhook-key-unavailable" })
+      expect(yield* rowOf(last.id)).toMatchObject({
+        state: "dead", attempt: 1, dead_reason: "attempts-exhausted", last_error: "webhook-key-unavailable"
+      })
     }))
 
   it.effect("docs/controlplane-outbound.md's worked example: the documented v1a signature is what the tenant key signs, and both verifiers accept it", () =>
@@ -236,9 +269,7 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
           Effect.map(Effect.all([Deferred.make<void>(), Deferred.make<void>()]), ([entered, resume]) => ({
             entered,
             resume,
-            layer: Layer.succeed(OutboxSender, {
-              send: () => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(resume)), Effect.as(answer))
-            })
+            layer: senderOf(() => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(resume)), Effect.as(answer)))
           }))
         // A process suspended past its lease: its cycle timer cannot fire, so only the lease bounds it.
         const suspended = { tweak: (s: Settings) => ({ ...s, lease: Duration.millis(300), cycleTimeout: Duration.hours(1) }) }

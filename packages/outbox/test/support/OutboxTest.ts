@@ -20,7 +20,7 @@ export const seedOf = (n: number) => new Uint8Array(Array.from({ length: 32 }, (
 export const publicKeyOf = (n: number) => RawPublicKey.make(rawPublicKey(privateKeyFromSeed(seedOf(n))))
 
 /** Every tenant a suite uses signs with seed 1 under key id `k1` (and seed 2 under `k2`, for rotation). */
-export const TENANTS = ["acme", "beta", "gamma", "crash", "stale", "rate-a", "rate-b"] as const
+export const TENANTS = ["acme", "beta", "gamma", "crash", "stale", "rate-a", "rate-b", "rotated"] as const
 export const KeySourceLive = KeySource.layerMemory(
   TENANTS.flatMap((tenant) => [
     { tenant: TenantId.make(tenant), keyId: KeyId.make("k1"), seed: seedOf(1) },
