@@ -10,7 +10,7 @@
  *   --incremental          reuse results of the previous run for mutants whose code did not change
  *   --report               print the summary of the last run again, run nothing
  *
- * How it works (see docs/testing.md): Stryker copies the repository into `.stryker-tmp/sandbox-*`, instruments
+ * How it works (see docs/testing.md): Stryker copies the repository into `.stryker-tmp/run-<pid>/sandbox-*`, instruments
  * the modules there with every mutant behind a switch, installs the workspace into the sandbox (`bun install
  * --frozen-lockfile`, so `@delivery/*` imports resolve to the sandbox's mutated copies, not to this checkout),
  * then runs `bunx --bun vitest run <tests>` once per mutant with `__STRYKER_ACTIVE_MUTANT__` set. vitest's
@@ -21,7 +21,7 @@ import { startCluster } from "@delivery/testing"
 import type { PartialStrykerOptions } from "@stryker-mutator/api/core"
 import { Stryker } from "@stryker-mutator/core"
 import { Effect, Exit, Scope } from "effect"
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { PACKAGES } from "./mutate-packages.ts"
@@ -117,7 +117,10 @@ const summarize = (report: Report, counting: boolean): string => {
     totalValid += valid
     totalIgnored += ignored
     totalMutants += mutants.length
-    const counts = [...byStatus.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([s, n]) => `${n} ${s.toLowerCase()}`)
+    // A count runs `true` as the test command, so every mutant "survives": only the ignored ones mean something.
+    const counts = counting
+      ? (ignored === 0 ? [] : [`${ignored} ignored`])
+      : [...byStatus.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([s, n]) => `${n} ${s.toLowerCase()}`)
     rows.push([file, counting ? `${valid} to run` : valid === 0 ? "-" : `${((100 * detected) / valid).toFixed(2)}%`, counts.join(", ")])
     if (counting) continue
     const sorted = [...mutants].sort((a, b) => a.location.start.line - b.location.start.line || a.location.start.column - b.location.start.column)
@@ -132,11 +135,11 @@ const summarize = (report: Report, counting: boolean): string => {
   }
   const width = Math.max(...rows.map(([file]) => file.length), 4)
   out.push(counting ? "mutants per file (ignored ones are never run):" : "mutation score per file (killed + timeout) / (killed + timeout + survived):")
-  for (const [file, score, counts] of rows) out.push(`  ${file.padEnd(width)}  ${score.padStart(9)}  ${counts}`)
+  for (const [file, score, counts] of rows) out.push(`  ${file.padEnd(width)}  ${score.padStart(11)}  ${counts}`)
   out.push(
     counting
-      ? `  ${"total".padEnd(width)}  ${`${totalValid} to run`.padStart(9)}  ${totalMutants} mutants, ${totalIgnored} ignored`
-      : `  ${"total".padEnd(width)}  ${totalValid === 0 ? "-" : `${((100 * totalDetected) / totalValid).toFixed(2)}%`.padStart(9)}  ${totalDetected} detected of ${totalValid}, ${totalIgnored} ignored`
+      ? `  ${"total".padEnd(width)}  ${`${totalValid} to run`.padStart(11)}  ${totalMutants} mutants, ${totalIgnored} ignored`
+      : `  ${"total".padEnd(width)}  ${(totalValid === 0 ? "-" : `${((100 * totalDetected) / totalValid).toFixed(2)}%`).padStart(11)}  ${totalDetected} detected of ${totalValid}, ${totalIgnored} ignored`
   )
   if (!counting) {
     out.push("", survivors.length === 0 ? "no surviving mutants" : `surviving mutants (${survivors.length}): each needs a test that fails with it, or a reason why it is equivalent`)
@@ -167,6 +170,7 @@ if (mode === "report") {
 // The run.
 
 const bun = process.execPath
+const tempDir = join(".stryker-tmp", `run-${process.pid}`)
 const command = mode === "count" ? "true" : `bunx --bun vitest run ${tests.join(" ")} --bail=1 --reporter=dot`
 
 const options: PartialStrykerOptions = {
@@ -182,8 +186,9 @@ const options: PartialStrykerOptions = {
   dryRunOnly: mode === "dry-run",
   plugins: ["@stryker-mutator/*", join(root, "scripts/mutate-ignorers.ts")],
   ignorers: ["effect-logs", "effect-service-keys"],
-  ignorePatterns: ["/.data", "/reports", "*.log"],
-  tempDirName: ".stryker-tmp",
+  ignorePatterns: ["/.data", "/reports", "/.stryker-tmp", "*.log"],
+  // One folder per run, so an interrupted run can remove its own sandbox without touching another run's.
+  tempDirName: tempDir,
   cleanTempDir: "always",
   // One test run takes tens of seconds and other test runs share the two cores: a generous margin keeps a
   // slow run from counting as a timeout (which would count as detected).
@@ -198,6 +203,22 @@ const options: PartialStrykerOptions = {
 }
 
 const scope = Effect.runSync(Scope.make())
+const cleanUp = () => {
+  // The cluster's finalizers are synchronous (pg_ctl stop, rm), so they also run from an exit handler.
+  Effect.runSync(Scope.close(scope, Exit.void))
+  // Stryker removes its sandbox when it finishes, not when interrupted: remove this run's folder either way.
+  rmSync(tempDir, { recursive: true, force: true })
+  if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
+}
+// On Ctrl-C Stryker kills its test runs, removes its sandbox and calls process.exit: stop the cluster then too.
+process.on("exit", cleanUp)
+// Before Stryker runs (and installs its own signal handlers), Ctrl-C exits at once through the same clean-up.
+let strykerRunning = false
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+  process.on(signal, () => {
+    if (!strykerRunning) process.exit(130)
+  })
+}
 const started = Date.now()
 let failed = false
 try {
@@ -208,6 +229,7 @@ try {
   }
   mkdirSync(reportDir, { recursive: true })
   console.log(`mutate ${name}: ${mutate.join(", ")}\n  tests: ${command}\n  concurrency: ${concurrency}`)
+  strykerRunning = true
   const results = await new Stryker(options).runMutationTest()
   const seconds = (Date.now() - started) / 1000
   const tested = results.filter((r) => r.status !== "Ignored").length
@@ -225,8 +247,6 @@ try {
   failed = true
   console.error(error)
 } finally {
-  await Effect.runPromise(Scope.close(scope, Exit.void))
-  // Stryker removes its own sandbox; leave no empty temporary folder behind either.
-  if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
+  cleanUp()
 }
 process.exit(failed ? 1 : 0)
