@@ -1,8 +1,10 @@
 import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig } from "@delivery/identity"
-import { SIGNER_CONFIG, SignerConfig } from "@delivery/signer"
+import { SIGNER_CONFIG, SIGNER_REPLAY_WINDOW, SignerConfig } from "@delivery/signer"
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
-import { Config, ConfigError, Context, Data, Effect, Layer, LogLevel, Option, Redacted, Schema } from "effect"
+import { integerBetween } from "@delivery/core"
+import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
+import { isIP } from "node:net"
 
 /** `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002). */
 export const Role = Schema.Literal("backend", "ingress")
@@ -21,14 +23,14 @@ export interface ConfigEntry {
 /** Every variable the backend reads, for docs/configuration.md and for the start-up error message. */
 export const CONFIG: ReadonlyArray<ConfigEntry> = [
   { name: "ROLE", default: "backend", meaning: "`backend` (HTTP + delivery workers) or `ingress` (HTTP only, never starts delivery workers)", secret: false },
-  { name: "HOST", default: "127.0.0.1", meaning: "interface the HTTP server binds to", secret: false },
+  { name: "HOST", default: "127.0.0.1", meaning: "interface the HTTP server binds to: a host name, or an IPv4 or IPv6 address literal without brackets (`0.0.0.0`, `::` for all interfaces)", secret: false },
   { name: "PORT", default: "3000", meaning: "TCP port of the HTTP server (1-65535)", secret: false },
   { name: "DATABASE_URL", default: "(unset: embedded PGlite, development only)", meaning: "postgres:// or postgresql:// URL of the PostgreSQL database", secret: true },
-  { name: "DATABASE_POOL_MAX", default: "10", meaning: "maximum pooled connections to DATABASE_URL (the embedded database always uses 1)", secret: false },
-  { name: "SHUTDOWN_DRAIN_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for in-flight HTTP requests before interrupting them", secret: false },
-  { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (Bun.serve maxRequestBodySize); larger bodies get 413", secret: false },
-  { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready", secret: false },
-  { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory); used only when DATABASE_URL is unset", secret: false },
+  { name: "DATABASE_POOL_MAX", default: "10", meaning: "maximum pooled connections to DATABASE_URL, 1-1000 (the embedded database always uses 1); keep the sum over all processes below the server's max_connections", secret: false },
+  { name: "SHUTDOWN_DRAIN_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for in-flight HTTP requests before interrupting them (0-3600000)", secret: false },
+  { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (Bun.serve maxRequestBodySize, 1 byte to 1 GiB); larger bodies get 413", secret: false },
+  { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready (1-60000)", secret: false },
+  { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory; set but empty is refused); used only when DATABASE_URL is unset", secret: false },
   { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false },
   // The packages' own variables, validated up front with the backend's (see `appConfig`).
   ...IDENTITY_CONFIG,
@@ -40,12 +42,29 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
 
-// `nested` names the variable after the validation, so a failed validation still reports which variable it was.
-const atLeast = (min: number) => (name: string, fallback: number) =>
-  Config.integer().pipe(
-    Config.validate({ message: `Expected an integer >= ${min}`, validation: (n) => n >= min }),
-    Config.nested(name),
-    Config.withDefault(fallback)
+// A DNS name of RFC 1123 labels. A numeric last label is refused, as URL parsers do: "1.2.3" or
+// "256.1.1.1" are broken addresses, not names.
+const LABEL = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/
+const isHostName = (text: string) => {
+  const name = text.endsWith(".") ? text.slice(0, -1) : text
+  const labels = name.split(".")
+  return name.length > 0 && name.length <= 253 && labels.every((label) => LABEL.test(label)) && !/^\d+$/.test(labels.at(-1)!)
+}
+
+const host = Config.string().pipe(
+  Config.validate({
+    message: "Expected a host name or an IPv4/IPv6 address literal without brackets, e.g. 127.0.0.1, ::1 or api.internal",
+    validation: (text) => isIP(text) !== 0 || isHostName(text)
+  }),
+  Config.nested("HOST"),
+  Config.withDefault("127.0.0.1")
+)
+
+// `Config.nonEmptyString` reports "" as missing, so `withDefault` would quietly replace a variable that was set.
+const nonEmptyPath = (name: string) =>
+  Config.string().pipe(
+    Config.validate({ message: "Expected a path; an empty value is refused (unset the variable for the default)", validation: (text) => text.length > 0 }),
+    Config.nested(name)
   )
 
 const isPostgresUrl = (text: string) => {
@@ -77,14 +96,15 @@ const databaseUrl = Config.redacted().pipe(
 /** One `Config.all`: every variable is read and every problem is reported together. */
 export const appConfig = Config.all({
   role: Config.literal("backend", "ingress")("ROLE").pipe(Config.withDefault<Role>("backend")),
-  host: Config.nonEmptyString("HOST").pipe(Config.withDefault("127.0.0.1")),
+  host,
   port: Config.port("PORT").pipe(Config.withDefault(3000)),
   databaseUrl,
-  databasePoolMax: atLeast(1)("DATABASE_POOL_MAX", 10),
-  shutdownDrainMs: atLeast(0)("SHUTDOWN_DRAIN_MS", 10_000),
-  maxRequestBodyBytes: atLeast(1)("MAX_REQUEST_BODY_BYTES", 1024 * 1024),
-  readyCheckTimeoutMs: atLeast(1)("READY_CHECK_TIMEOUT_MS", 2_000),
-  embeddedDataDir: Config.nonEmptyString("EMBEDDED_DATA_DIR").pipe(Config.withDefault(defaultEmbeddedDataDir)),
+  // A pool bigger than the server's max_connections only turns load into connection errors.
+  databasePoolMax: integerBetween("DATABASE_POOL_MAX", 1, 1_000, 10),
+  shutdownDrainMs: integerBetween("SHUTDOWN_DRAIN_MS", 0, 3_600_000, 10_000),
+  maxRequestBodyBytes: integerBetween("MAX_REQUEST_BODY_BYTES", 1, 1024 ** 3, 1024 * 1024),
+  readyCheckTimeoutMs: integerBetween("READY_CHECK_TIMEOUT_MS", 1, 60_000, 2_000),
+  embeddedDataDir: nonEmptyPath("EMBEDDED_DATA_DIR").pipe(Config.withDefault(defaultEmbeddedDataDir)),
   logLevel: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)),
   // Read again by the packages' layers from the same environment; checked here so that every bad variable is in
   // the one start-up message. Only whether OPERATOR_TOKEN is set is kept, not the token.
@@ -93,7 +113,20 @@ export const appConfig = Config.all({
   signer: SignerConfig,
   inbox: InboxConfig,
   outbox: OutboxConfig
-})
+}).pipe(
+  // Spec 000: "old public keys remain verifiable for the retention/replay window". A retired key that stops
+  // verifying while payloads it signed are still retained would make their resends unverifiable.
+  Config.mapOrFail((config) =>
+    Duration.lessThan(config.signer.replayWindow, config.inbox.payloadRetention)
+      ? Either.left(ConfigError.InvalidData(
+        [SIGNER_REPLAY_WINDOW],
+        `Expected at least INBOX_PAYLOAD_RETENTION (${Duration.format(config.inbox.payloadRetention)}), got ${
+          Duration.format(config.signer.replayWindow)
+        }: retired keys must keep verifying while the payloads they signed are retained; lengthen ${SIGNER_REPLAY_WINDOW} or shorten INBOX_PAYLOAD_RETENTION`
+      ))
+      : Either.right(config)
+  )
+)
 
 export type AppConfigShape = Config.Config.Success<typeof appConfig>
 

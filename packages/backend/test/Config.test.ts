@@ -35,6 +35,95 @@ describe("configuration", () => {
       expect(error.message).not.toContain("db.internal")
     }))
 
+  // One invalid value per variable. A variable added to CONFIG without one here fails the first test below.
+  const invalid: Record<string, string> = {
+    ROLE: "nope",
+    HOST: "not a host!",
+    PORT: "abc",
+    DATABASE_URL: "mysql://app:hunter2@db.internal/app",
+    DATABASE_POOL_MAX: "0",
+    SHUTDOWN_DRAIN_MS: "-1",
+    MAX_REQUEST_BODY_BYTES: "0",
+    READY_CHECK_TIMEOUT_MS: "0",
+    EMBEDDED_DATA_DIR: "",
+    LOG_LEVEL: "loud",
+    IDENTITY_PEER_LIMIT: "0",
+    IDENTITY_PEER_WINDOW: "soon",
+    TRUSTED_PROXY_HOPS: "-1",
+    OPERATOR_TOKEN: "short",
+    SIGNER_REPLAY_WINDOW: "0 seconds",
+    SIGNER_KEYS: "not a key list",
+    SIGNER_KEYS_FILE: "",
+    SIGNER_PURGE_INTERVAL: "never",
+    SYNC_INGEST_LIMIT: "0",
+    SYNC_INGEST_WINDOW: "0 seconds",
+    INBOX_MAX_ENVELOPE_BYTES: "100",
+    INBOX_PAYLOAD_RETENTION: "forever",
+    INBOX_RETENTION_INTERVAL: "0 seconds",
+    OUTBOX_BATCH_SIZE: "101",
+    OUTBOX_CLAIMERS: "0",
+    OUTBOX_CONCURRENCY: "x",
+    OUTBOX_REQUEST_TIMEOUT: "0 seconds",
+    OUTBOX_CYCLE_TIMEOUT: "x",
+    OUTBOX_LEASE: "x",
+    OUTBOX_POLL_INTERVAL: "0 seconds",
+    OUTBOX_BACKOFF_BASE: "x",
+    OUTBOX_BACKOFF_CAP: "x",
+    OUTBOX_BACKOFF_JITTER: "2",
+    OUTBOX_RETRY_AFTER_MAX: "x",
+    OUTBOX_DEFAULT_MAX_ATTEMPTS: "0"
+  }
+
+  it.effect("every variable of CONFIG, set to an invalid value, is named in the one start-up message (never `(1 problem: )`)", () =>
+    Effect.gen(function* () {
+      expect(Object.keys(invalid).sort()).toEqual(CONFIG.map((entry) => entry.name).sort())
+      for (const entry of CONFIG) {
+        const error = yield* Effect.flip(Effect.flatten(load({ [entry.name]: invalid[entry.name]! })))
+        expect([entry.name, error.variables]).toEqual([entry.name, [entry.name]])
+        expect(error.message).toContain(`(1 problem: ${entry.name}):`)
+        expect(error.message).toContain(`\n  ${entry.name}: `)
+      }
+    }))
+
+  it.effect("HOST accepts host names and IPv4/IPv6 literals and refuses anything else, naming HOST", () =>
+    Effect.gen(function* () {
+      for (const host of ["127.0.0.1", "0.0.0.0", "::", "::1", "2001:db8::8a2e:370:7334", "localhost", "api.internal", "edge-1.eu.example.com", "EXAMPLE.com."]) {
+        expect([host, Either.map(yield* load({ HOST: host }), (config) => config.host)]).toEqual([host, Either.right(host)])
+      }
+      const refused = ["", " ", "not a host", "http://example.com", "example.com:3000", "[::1]", "::1::2", "256.1.1.1", "1.2.3", "-edge.example.com", "edge-.example.com", "a..b", "under_score.example", `${"a".repeat(64)}.example`, `${"a.".repeat(127)}a`, "café.example", "host\nname"]
+      for (const host of refused) {
+        const error = yield* Effect.flip(Effect.flatten(load({ HOST: host })))
+        expect([host, error.variables]).toEqual([host, ["HOST"]])
+      }
+    }))
+
+  it.effect("DATABASE_POOL_MAX is bounded above as well as below (1..1000)", () =>
+    Effect.gen(function* () {
+      expect(Either.map(yield* load({ DATABASE_POOL_MAX: "1000" }), (config) => config.databasePoolMax)).toEqual(Either.right(1000))
+      for (const value of ["0", "1001", "1000000000", "1e3", "2.5"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ DATABASE_POOL_MAX: value })))
+        expect([value, error.variables]).toEqual([value, ["DATABASE_POOL_MAX"]])
+      }
+    }))
+
+  it.effect("a retired key must keep verifying while payloads it signed are retained: SIGNER_REPLAY_WINDOW shorter than INBOX_PAYLOAD_RETENTION stops start-up with one message naming both", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(Effect.flatten(load({ SIGNER_REPLAY_WINDOW: "30 days", INBOX_PAYLOAD_RETENTION: "90 days" })))
+      expect(error.variables).toEqual(["SIGNER_REPLAY_WINDOW"])
+      const lines = error.message.split("\n").filter((line) => line.includes("SIGNER_REPLAY_WINDOW:"))
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toContain("INBOX_PAYLOAD_RETENTION")
+      // Equal, longer, or both shortened together are fine.
+      for (const env of [
+        { SIGNER_REPLAY_WINDOW: "90 days", INBOX_PAYLOAD_RETENTION: "90 days" },
+        { SIGNER_REPLAY_WINDOW: "365 days" },
+        { SIGNER_REPLAY_WINDOW: "7 days", INBOX_PAYLOAD_RETENTION: "7 days" }
+      ]) {
+        expect(Either.isRight(yield* load(env))).toBe(true)
+      }
+      expect(Either.isLeft(yield* load({ INBOX_PAYLOAD_RETENTION: "91 days" }))).toBe(true)
+    }))
+
   it.live("a missing or invalid setting stops start-up with ONE message naming EVERY bad variable (PORT=abc and ROLE=nope) and a non-zero exit", () =>
     Effect.scoped(
       Effect.gen(function* () {

@@ -1,4 +1,8 @@
-import { Config, Duration } from "effect"
+import { Config, ConfigError, Duration, Either } from "effect"
+
+// Every reader here puts `nested(name)` after its validation: a validation on `Config.integer(name)`
+// reports its failure with an empty path, and the backend's one start-up message then cannot say which
+// variable was wrong ("(1 problem: )").
 
 /**
  * A positive, finite duration from the variable `name`. `nested` comes after `validate`, so a refused
@@ -12,4 +16,20 @@ export const positiveDuration = (name: string, fallback: Duration.DurationInput)
     }),
     Config.nested(name),
     Config.withDefault(Duration.decode(fallback))
+  )
+
+// Plain decimal only: `Config.integer` also takes "1e3", "0x10" and " 10 ", which nobody means to write.
+const DECIMAL = /^-?\d{1,16}$/
+
+/** An integer `min..max` from the variable `name`, written in plain decimal digits. */
+export const integerBetween = (name: string, min: number, max: number, fallback: number) =>
+  Config.string().pipe(
+    Config.mapOrFail((text) => {
+      const value = Number(text)
+      return DECIMAL.test(text) && value >= min && value <= max
+        ? Either.right(value)
+        : Either.left(ConfigError.InvalidData([], `Expected an integer between ${min} and ${max}`))
+    }),
+    Config.nested(name),
+    Config.withDefault(fallback)
   )

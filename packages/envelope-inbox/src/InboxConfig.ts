@@ -1,15 +1,10 @@
-import { positiveDuration } from "@delivery/core"
+import { integerBetween, positiveDuration } from "@delivery/core"
 import { Config, Duration } from "effect"
-
-const atLeast = (name: string, min: number, fallback: number) =>
-  Config.integer(name).pipe(
-    Config.withDefault(fallback),
-    Config.validate({ message: `${name} must be an integer >= ${min}`, validation: (n) => n >= min })
-  )
 
 /** The configured sync limiter of spec 000 ("Deployments construct the inbound service with the configured sync limiter"). */
 export const SyncLimitConfig = Config.all({
-  limit: atLeast("SYNC_INGEST_LIMIT", 1, 600),
+  // The outbox reads the same variable with the same bounds (its delivery policy is this sync policy).
+  limit: integerBetween("SYNC_INGEST_LIMIT", 1, 1_000_000_000, 600),
   window: positiveDuration("SYNC_INGEST_WINDOW", Duration.minutes(1))
 })
 
@@ -17,7 +12,7 @@ export const SyncLimitConfig = Config.all({
 export const PayloadRetentionConfig = positiveDuration("INBOX_PAYLOAD_RETENTION", Duration.days(90))
 
 /** The route's own body limit, enforced before the body becomes JSON (Bun ignores withMaxBodySize). */
-export const MaxEnvelopeBytesConfig = atLeast("INBOX_MAX_ENVELOPE_BYTES", 1024, 64 * 1024)
+export const MaxEnvelopeBytesConfig = integerBetween("INBOX_MAX_ENVELOPE_BYTES", 1024, 16 * 1024 * 1024, 64 * 1024)
 
 /** How long the retention worker waits between sweeps (also after a failed one). */
 export const RetentionIntervalConfig = positiveDuration("INBOX_RETENTION_INTERVAL", Duration.hours(1))
@@ -40,20 +35,20 @@ export const INBOX_CONFIG: ReadonlyArray<{
   {
     name: "SYNC_INGEST_LIMIT",
     default: "600",
-    meaning: "envelopes one verified tenant/account/device may submit per SYNC_INGEST_WINDOW (purpose sync-ingest); more get 429 with Retry-After",
+    meaning: "envelopes one verified tenant/account/device may submit per SYNC_INGEST_WINDOW (purpose sync-ingest, 1-1000000000); more get 429 with Retry-After",
     secret: false
   },
   { name: "SYNC_INGEST_WINDOW", default: "1 minute", meaning: "the fixed window of SYNC_INGEST_LIMIT", secret: false },
   {
     name: "INBOX_MAX_ENVELOPE_BYTES",
     default: "65536",
-    meaning: "largest envelope body POST /controlplane/v1/envelopes reads (>= 1024); larger bodies get 413 before authentication",
+    meaning: "largest envelope body POST /controlplane/v1/envelopes reads (1024 to 16 MiB); larger bodies get 413 before authentication",
     secret: false
   },
   {
     name: "INBOX_PAYLOAD_RETENTION",
     default: "90 days",
-    meaning: "how long an accepted envelope's payload is kept; identities, cursors, floors and audit rows are permanent",
+    meaning: "how long an accepted envelope's payload is kept (at most SIGNER_REPLAY_WINDOW); identities, cursors, floors and audit rows are permanent",
     secret: false
   },
   {

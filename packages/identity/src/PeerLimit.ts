@@ -1,4 +1,4 @@
-import { positiveDuration } from "@delivery/core"
+import { integerBetween, positiveDuration } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer } from "effect"
@@ -8,16 +8,6 @@ import { peerOf } from "./Peer.ts"
 export const IDENTITY_PEER_LIMIT = "IDENTITY_PEER_LIMIT"
 export const IDENTITY_PEER_WINDOW = "IDENTITY_PEER_WINDOW"
 export const TRUSTED_PROXY_HOPS = "TRUSTED_PROXY_HOPS"
-
-// `nested` after `validate`, so a refused value is still reported under its variable's name
-// (a validation on `Config.integer(name)` loses the path, and the backend's one start-up
-// message could not say which variable was wrong).
-const integerAtLeast = (name: string, min: number, max: number, fallback: number) =>
-  Config.integer().pipe(
-    Config.validate({ message: `Expected an integer between ${min} and ${max}`, validation: (n) => n >= min && n <= max }),
-    Config.nested(name),
-    Config.withDefault(fallback)
-  )
 
 /**
  * - `IDENTITY_PEER_LIMIT` (default 1200): authentication attempts one peer may make per window,
@@ -31,10 +21,10 @@ const integerAtLeast = (name: string, min: number, max: number, fallback: number
  *   their own peer key.
  */
 export const PeerLimitConfig = Config.all({
-  limit: integerAtLeast(IDENTITY_PEER_LIMIT, 1, 1_000_000, 1200),
+  limit: integerBetween(IDENTITY_PEER_LIMIT, 1, 1_000_000, 1200),
   window: positiveDuration(IDENTITY_PEER_WINDOW, Duration.minutes(1)
   ),
-  trustedProxyHops: integerAtLeast(TRUSTED_PROXY_HOPS, 0, 16, 0)
+  trustedProxyHops: integerBetween(TRUSTED_PROXY_HOPS, 0, 16, 0)
 })
 
 /** Seconds, rounded up and at least 1: a client told "0" would retry at once and be refused again. */

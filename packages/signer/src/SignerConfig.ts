@@ -34,8 +34,15 @@ export type KeySourceSummary =
   | { readonly source: "environment"; readonly keys: number }
   | { readonly source: "file" }
 
+// Set but empty is refused: `Config.nonEmptyString` would report it as missing, which reads as "no file".
+const keyFile = Config.string().pipe(
+  Config.validate({ message: "Expected a path; an empty value is refused (unset the variable instead)", validation: (text) => text.length > 0 }),
+  Config.nested(SIGNER_KEYS_FILE),
+  Config.option
+)
+
 const keySource = Config.all({
-  file: Config.option(Config.nonEmptyString(SIGNER_KEYS_FILE)),
+  file: keyFile,
   keys: keyList
 }).pipe(
   Config.mapOrFail(({ file, keys }): Either.Either<KeySourceSummary, ConfigError.ConfigError> => {
@@ -69,7 +76,7 @@ export const SIGNER_CONFIG: ReadonlyArray<{
   {
     name: SIGNER_REPLAY_WINDOW,
     default: "90 days",
-    meaning: "how long a retired key keeps verifying and a revoked key is kept before purge (the inbox payload retention)",
+    meaning: "how long a retired key keeps verifying and a revoked key is kept before purge; at least INBOX_PAYLOAD_RETENTION (start-up refuses a shorter window)",
     secret: false
   },
   {
@@ -81,7 +88,7 @@ export const SIGNER_CONFIG: ReadonlyArray<{
   {
     name: SIGNER_KEYS_FILE,
     default: "(unset)",
-    meaning: "development only: path of a JSON key file (SIGNER_KEYS's JSON form) outside the repository, mode 0600/0400; refused together with SIGNER_KEYS",
+    meaning: "development only: path of a JSON key file (SIGNER_KEYS's JSON form) outside the repository, mode 0600/0400; refused together with SIGNER_KEYS, and when set but empty",
     secret: false
   },
   {
