@@ -4,10 +4,12 @@ import { KeySource, type TenantId } from "@delivery/signer"
 import { Clock, Duration, Effect, Either, Exit, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
-import { type Decision, decide, interrupted, record } from "./Delivery.ts"
+import { type Decision, interrupted } from "./Delivery.ts"
+import { takeUpTo } from "./DeliveryRate.ts"
 import { OutboxSettings, type Settings } from "./OutboxConfig.ts"
 import { type ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
-import { httpSender, OutboxSender, type Send, type SendOutcome } from "./Sender.ts"
+import { makeRecorder } from "./Recorder.ts"
+import { httpSender, OutboxSender, type Send } from "./Sender.ts"
 import { WebhookSigner } from "./WebhookSignature.ts"
 
 export interface TickResult {
@@ -16,11 +18,11 @@ export interface TickResult {
   readonly retried: number
   readonly dead: number
   readonly lost: number
-  /** Tenants skipped this tick because their delivery rate is spent. */
+  /** Tenants whose delivery rate is spent at this tick: their rows stay pending and are looked past. */
   readonly rateLimited: number
 }
 
-const deliveredDecision: Decision = { _tag: "Delivered" }
+const leaseExpiredOnLastAttempt: Decision = { _tag: "Dead", reason: "attempts-exhausted", code: "lease-expired" }
 
 /** A tenant and how many of its rows a claim may take (the rate tokens consumed for them). */
 interface Grant {
@@ -30,6 +32,8 @@ interface Grant {
 
 /** How long a claim loop keeps claiming for the tenants it found due before it looks again. */
 const PEEK_EVERY_MS = 200
+
+type Recorder = Effect.Effect.Success<ReturnType<typeof makeRecorder>>
 
 /** The spec 000 delivery key: same sync policy as ingest, a key of its own per tenant. */
 export const deliveryRateKey = (tenant: string) => `tenant-scheduler-delivery:${tenant}`
@@ -44,31 +48,25 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
   effect: Effect.gen(function*() {
     const repo = yield* DeliveryRepo
     const sender = yield* OutboxSender
-    const limiter = yield* RateLimiter.RateLimiter
+    const store = yield* RateLimiter.RateLimiterStore
     const settings = yield* OutboxSettings
     const { limit, window } = settings.syncPolicy
     // Tenants whose rate is spent, until when (epoch ms): the peek looks past their rows so they
     // cannot starve other tenants, and their rows stay pending.
     const blocked = new Map<string, number>()
 
-    /** Tokens granted (one per envelope to claim); 0 when the tenant's window is spent. */
+    /** Tokens granted (one per envelope to claim): as many as the tenant's window has left, up to `wanted`. */
     const admit = (tenant: string, wanted: number, now: number) =>
-      limiter.consume({
-        key: deliveryRateKey(tenant),
-        limit,
-        window,
-        tokens: Math.min(wanted, limit),
-        algorithm: "fixed-window",
-        onExceeded: "fail"
-      }).pipe(
-        Effect.as(Math.min(wanted, limit)),
+      takeUpTo(store, { key: deliveryRateKey(tenant), limit, window, wanted }).pipe(
+        Effect.tap(({ exhaustedFor }) =>
+          // A spent window is skipped (and looked past) until it resets; its rows stay pending.
+          exhaustedFor === undefined ? Effect.void : Effect.sync(() => blocked.set(tenant, now + Duration.toMillis(exhaustedFor)))
+        ),
+        Effect.map(({ granted }) => granted),
         Effect.catchAll((error) => {
           // A store outage fails closed for this tick: nothing is claimed, nothing is stranded.
-          const retryMs = error instanceof RateLimiter.RateLimitExceeded
-            ? Math.max(1, Duration.toMillis(error.retryAfter))
-            : 1_000
-          blocked.set(tenant, now + retryMs)
-          return Effect.logDebug("outbox delivery rate spent; rows stay pending").pipe(
+          blocked.set(tenant, now + 1_000)
+          return Effect.logWarning("outbox delivery rate store unavailable; rows stay pending").pipe(
             Effect.annotateLogs({ tenant, reason: error.reason }),
             Effect.as(0)
           )
@@ -76,8 +74,8 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
       )
 
     // `concurrency` lanes, each sending one row after another: no fiber per row, and interrupting the
-    // lanes aborts exactly the requests in flight.
-    const deliverAll = (send: Send, rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) => {
+    // lanes aborts exactly the requests in flight. Each outcome goes to the recorder as it arrives.
+    const deliverAll = (send: Send, rows: ReadonlyArray<ClaimedRow>, recorder: Recorder) => {
       let next = 0
       const lane = Effect.gen(function*() {
         while (next < rows.length) {
@@ -91,7 +89,7 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
             body: row.envelope,
             attempt: row.attempt
           })
-          outcomes.set(row.id, outcome)
+          recorder.add(row, outcome)
         }
       })
       const lanes = Array.from({ length: Math.min(settings.concurrency, rows.length) }, () => lane)
@@ -99,9 +97,9 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
     }
 
     /** The batch's sends (the sender reads its tenants' keys now), all within the cycle timeout. */
-    const sendBatch = (rows: ReadonlyArray<ClaimedRow>, outcomes: Map<string, SendOutcome>) =>
+    const sendBatch = (rows: ReadonlyArray<ClaimedRow>, recorder: Recorder) =>
       sender.forBatch(new Set(rows.map((row) => row.tenant as TenantId))).pipe(
-        Effect.flatMap((send) => deliverAll(send, rows, outcomes)),
+        Effect.flatMap((send) => deliverAll(send, rows, recorder)),
         Effect.timeout(settings.cycleTimeout)
       )
 
@@ -121,15 +119,13 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
       Effect.gen(function*() {
         const grants: Array<Grant> = []
         let budget = settings.batchSize
-        let refused = 0
         for (const { tenant, tokens: count } of wanted) {
           if (budget === 0) break
           const tokens = blocked.has(tenant) ? 0 : yield* admit(tenant, Math.min(count, budget), now)
           if (tokens > 0) grants.push({ tenant, tokens })
-          else refused += 1
           budget -= tokens
         }
-        return { grants, refused }
+        return grants
       })
 
     const tick = Effect.fn("OutboxDelivery.tick")(function*(owner: string) {
@@ -137,14 +133,9 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
       for (const [tenant, until] of blocked) if (until <= now) blocked.delete(tenant)
       const plan = plans.get(owner)
       plans.delete(owner)
-      let { grants, refused: rateLimited } = plan !== undefined && plan.until > now
-        ? yield* admitAll(plan.grants, now)
-        : { grants: [], refused: 0 }
-      if (grants.length === 0) {
-        const fresh = yield* admitAll(yield* peek(now), now)
-        grants = fresh.grants
-        rateLimited += fresh.refused
-      }
+      let grants = plan !== undefined && plan.until > now ? yield* admitAll(plan.grants, now) : []
+      if (grants.length === 0) grants = yield* admitAll(yield* peek(now), now)
+      const rateLimited = blocked.size
       if (grants.length === 0) return { claimed: 0, delivered: 0, retried: 0, dead: 0, lost: 0, rateLimited }
 
       // From the first claim on, interruption (shutdown) can only reach the deliveries: every
@@ -160,22 +151,19 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
             rows.push(...claimed)
           }
           if (full) plans.set(owner, { grants, until: now + PEEK_EVERY_MS })
-          // attempt > ceiling: the previous owner's lease expired on the last allowed attempt.
-          const exhausted = rows.filter((row) => row.attempt > row.attempt_ceiling)
-          const sendable = rows.filter((row) => row.attempt <= row.attempt_ceiling)
-          const outcomes = new Map<string, SendOutcome>()
-          const exit = yield* Effect.exit(restore(sendBatch(sendable, outcomes)))
-          const decided: Array<readonly [ClaimedRow, Decision]> = exhausted.map((row) =>
-            [row, { _tag: "Dead", reason: "attempts-exhausted", code: "lease-expired" }] as const
-          )
-          for (const row of sendable) {
-            const outcome = outcomes.get(row.id) ?? interrupted
-            decided.push([row, outcome._tag === "Delivered" ? deliveredDecision : yield* decide(outcome, row, settings)])
+          const recorder = yield* makeRecorder(repo, settings)
+          const sendable: Array<ClaimedRow> = []
+          for (const row of rows) {
+            // attempt > ceiling: the previous owner's lease expired on the last allowed attempt.
+            if (row.attempt > row.attempt_ceiling) recorder.addDecision(row, leaseExpiredOnLastAttempt)
+            else sendable.push(row)
           }
-          const recording = record(repo, decided)
+          const exit = yield* Effect.exit(restore(sendBatch(sendable, recorder)))
+          // Whatever has no outcome (shutdown, cycle timeout) was interrupted: an ambiguous attempt.
+          recorder.addUnsettled(sendable, interrupted)
           // At shutdown a failed write must not pass silently (DESIGN: cleanup failure exits non-zero);
           // the rows are still safe, their leases expire and another worker takes them.
-          const recorded = yield* (Exit.isInterrupted(exit) ? Effect.orDie(recording) : recording)
+          const recorded = yield* (Exit.isInterrupted(exit) ? Effect.orDie(recorder.finish) : recorder.finish)
           return { claimed: rows.length, ...recorded, rateLimited }
         })
       )
@@ -222,8 +210,7 @@ export const WORKER_NAME = "outbox-delivery"
  * HTTP sender; a deployment of many processes passes a shared (Redis) `RateLimiterStore`.
  */
 export const outboxWorkerLayer = workerLayer(WORKER_NAME, deliveryLoop).pipe(
-  Layer.provide(OutboxDelivery.Default),
-  Layer.provide(RateLimiter.layer)
+  Layer.provide(OutboxDelivery.Default)
 )
 
 /** The real sender: the provider adapter over fetch, webhook signatures by the tenant's active key. */

@@ -253,6 +253,23 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
         ])
     }))
 
+  it.effect("rate: a tenant with fewer tokens left than due rows gets as many rows as it has tokens; the rest stay pending until its window resets", () =>
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const { outbox } = yield* setup("rate-a")
+      const delivery = yield* deliveryWith(noop, { SYNC_INGEST_LIMIT: "5", SYNC_INGEST_WINDOW: "1 hour" })
+      for (let i = 0; i < 3; i++) yield* outbox.enqueue(request("rate-a", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 3, delivered: 3 })
+      for (let i = 0; i < 4; i++) yield* outbox.enqueue(request("rate-a", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 2 })
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 0, rateLimited: 1 })
+      const sql = yield* SqlClient.SqlClient
+      const states = sql`SELECT state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2 ORDER BY 1`
+      expect(yield* states).toEqual([{ state: "delivered", attempt: 1, n: 5 }, { state: "pending", attempt: 0, n: 2 }])
+      yield* TestClock.adjust("1 hour")
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 2 })
+    })))
+
   // A stale owner's late outcome lands while the row is leased again under a newer attempt: only the
   // attempt fence (not the state) can refuse it, for every kind of outcome.
   for (const [kind, late] of [

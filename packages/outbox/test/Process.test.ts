@@ -1,4 +1,5 @@
 import { expect, layer } from "@effect/vitest"
+import { SqlClient } from "@effect/sql"
 import { LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
 import { Effect, Schedule } from "effect"
 import { join } from "node:path"
@@ -23,6 +24,10 @@ const workerEnv = (databaseUrl: string) => ({
   OUTBOX_BACKOFF_BASE: "1 hour",
   OUTBOX_BACKOFF_CAP: "1 hour"
 })
+// What a recording write and a busy scheduler may add to the recording interval on a shared 2-core machine
+// (460 ms measured at a load average of 16); a batch here takes 5 s, so a whole-batch re-send stays far above it.
+const RECORDING_WRITE_ALLOWANCE_MS = 900
+
 const takeoverSettings = { OUTBOX_BACKOFF_BASE: "1 hour", OUTBOX_BACKOFF_CAP: "1 hour" }
 
 const setup = (tenant: string) =>
@@ -62,6 +67,67 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       expect(sent.map((r) => [r.idempotencyKey, r.headers["webhook-id"]])).toEqual([[message.id, message.id], [message.id, message.id]])
       expect(sent[1]!.bodyText).toBe(sent[0]!.bodyText)
       expect((yield* receiver.deliveries).length).toBe(1)
+    }).pipe(Effect.scoped))
+
+  it.effect("at-least-once with bounded duplicates: a worker killed (SIGKILL) mid-batch re-sends after recovery only what was in flight and what completed within the last recording interval", () =>
+    Effect.gen(function*() {
+      yield* resetOutbox
+      const receiver = yield* LoopbackProvider
+      yield* receiver.reset
+      yield* setupTenant("crash", "web", receiver.urlFor("/hooks/crash"))
+      const outbox = yield* Outbox
+      const total = 150
+      for (let i = 0; i < total; i++) yield* outbox.enqueue(request("crash", "web"))
+      // 10 in flight, each answered after 500 ms: about 20 deliveries a second, 5 s per batch of 100.
+      yield* receiver.script({ path: "/hooks/crash", reply: LoopbackReply.status(200, { delayMs: 500 }) })
+      const { url } = yield* TestDatabase
+      const worker = yield* spawnBun(fixture, {
+        ...workerEnv(url),
+        OUTBOX_BATCH_SIZE: "100",
+        OUTBOX_CONCURRENCY: "10",
+        OUTBOX_REQUEST_TIMEOUT: "1 second",
+        OUTBOX_CYCLE_TIMEOUT: "11 seconds",
+        OUTBOX_LEASE: "12 seconds"
+      })
+      // Mid-way through the first batch: about 60 answered, 10 in flight.
+      yield* receiver.awaitRequests(70).pipe(Effect.timeout("60 seconds"))
+      const killedAt = Date.now()
+      yield* worker.signal("SIGKILL")
+      expect(yield* worker.exitCode()).toBe(137)
+      const byWorker = yield* receiver.requests
+
+      const takeover = yield* deliveryWith("http", {
+        ...takeoverSettings, OUTBOX_CONCURRENCY: "100", OUTBOX_REQUEST_TIMEOUT: "5 seconds", OUTBOX_CYCLE_TIMEOUT: "6 seconds", OUTBOX_LEASE: "7 seconds"
+      })
+      // The rows the worker never claimed go at once; its claimed rows when their lease expires.
+      const sql = yield* SqlClient.SqlClient
+      yield* takeover.tick("takeover").pipe(
+        Effect.zipRight(sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_messages WHERE state <> 'delivered'`),
+        Effect.filterOrFail((rows) => rows[0]?.n === 0, () => "not all delivered yet"),
+        Effect.retry({ schedule: Schedule.spaced("50 millis"), while: (error) => error === "not all delivered yet" }),
+        Effect.timeout("60 seconds")
+      )
+      // At least once: every message delivered, each key accepted once by the receiver.
+      expect(yield* sql`SELECT state, last_error, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2`)
+        .toEqual([{ state: "delivered", last_error: null, n: total }])
+      expect((yield* receiver.deliveries).length).toBe(total)
+
+      const requests = new Map<string, number>()
+      for (const r of yield* receiver.requests) requests.set(r.idempotencyKey!, (requests.get(r.idempotencyKey!) ?? 0) + 1)
+      expect(Math.max(...requests.values())).toBeLessThanOrEqual(2)
+      const resent = byWorker.filter((r) => requests.get(r.idempotencyKey!) === 2)
+      const inFlight = resent.filter((r) => r.answeredAt === undefined || r.answeredAt.getTime() > killedAt)
+      const ages = resent.filter((r) => !inFlight.includes(r)).map((r) => killedAt - r.answeredAt!.getTime())
+      const answered = byWorker.filter((r) => r.answeredAt !== undefined && r.answeredAt.getTime() <= killedAt).length
+      console.log(
+        `SIGKILL mid-batch: ${resent.length} deliveries sent again after recovery, of ${byWorker.length} the killed worker sent ` +
+          `(${answered} answered before the kill): ${inFlight.length} in flight, ${ages.length} completed ` +
+          `${ages.length === 0 ? "" : `${Math.min(...ages)}-${Math.max(...ages)} ms `}before the kill`
+      )
+      // The bound: in flight (at most OUTBOX_CONCURRENCY), plus what completed within the last recording
+      // interval (100 ms) and the write then under way, on a machine shared with other work.
+      expect(inFlight.length).toBeLessThanOrEqual(10)
+      expect(ages.filter((age) => age > 100 + RECORDING_WRITE_ALLOWANCE_MS)).toEqual([])
     }).pipe(Effect.scoped))
 
   it.effect("a stale worker resumed (SIGSTOP, SIGCONT) after its lease was taken over cannot move the row: its late outcome is refused as LeaseLost", () =>

@@ -13,6 +13,8 @@ export type LoopbackReply =
     readonly retryAfter?: string
     readonly headers?: Readonly<Record<string, string>>
     readonly body?: string
+    /** Answers this long after the request was read (a receiver doing some work). */
+    readonly delayMs?: number
   }
   /** Holds the response until `release` or until the client aborts. */
   | { readonly _tag: "Hang"; readonly accept: boolean }
@@ -25,6 +27,7 @@ export interface LoopbackRespondOptions {
   readonly retryAfter?: string
   readonly headers?: Readonly<Record<string, string>>
   readonly body?: string
+  readonly delayMs?: number
 }
 
 export const LoopbackReply = {
@@ -72,6 +75,8 @@ export interface RecordedRequest {
   readonly receivedAt: Date
   readonly handling: LoopbackHandling
   readonly status: number | undefined
+  /** When the answer was written; undefined while pending, hung, dropped or aborted. */
+  readonly answeredAt: Date | undefined
   /** The client closed the connection before getting an answer. */
   readonly clientAborted: boolean
 }
@@ -121,6 +126,7 @@ export const makeLoopbackProvider = Effect.gen(function*() {
   // The provider's idempotency store: the first 2xx answer given per key.
   let answered = new Map<string, StoredAnswer>()
   let hung = new Set<Live>()
+  let delayed = new Set<ReturnType<typeof setTimeout>>()
   const listeners = new Set<() => void>()
   const changed = () => listeners.forEach((notify) => notify())
 
@@ -167,7 +173,17 @@ export const makeLoopbackProvider = Effect.gen(function*() {
     }
     live.res.writeHead(answer.status, { ...answer.headers })
     live.res.end(answer.body)
-    update(live, { handling, status: answer.status })
+    update(live, { handling, status: answer.status, answeredAt: now() })
+  }
+
+  const respondLater = (live: Live, reply: LoopbackRespond) => {
+    if (reply.delayMs === undefined || reply.delayMs <= 0) return respond(live, reply)
+    const timer = setTimeout(() => {
+      delayed.delete(timer)
+      // A client that went away meanwhile gets nothing, and nothing is accepted for it.
+      if (!live.res.destroyed) respond(live, reply)
+    }, reply.delayMs)
+    delayed.add(timer)
   }
 
   const acceptOnce = (live: Live) => {
@@ -179,7 +195,7 @@ export const makeLoopbackProvider = Effect.gen(function*() {
     const reply = pick(live.record.path, live.record.idempotencyKey) ?? LoopbackReply.status(200)
     switch (reply._tag) {
       case "Respond":
-        return respond(live, reply)
+        return respondLater(live, reply)
       case "Hang":
         if (reply.accept) acceptOnce(live)
         hung.add(live)
@@ -210,6 +226,7 @@ export const makeLoopbackProvider = Effect.gen(function*() {
           receivedAt: now(),
           handling: "pending",
           status: undefined,
+          answeredAt: undefined,
           clientAborted: false
         }
       }
@@ -219,6 +236,8 @@ export const makeLoopbackProvider = Effect.gen(function*() {
         if (!res.writableEnded && live.record.handling !== "dropped") update(live, { clientAborted: true })
       })
       handle(live)
+      // A delayed answer changes nothing yet: waiters for the request itself are told here.
+      changed()
     })
   })
 
@@ -229,6 +248,7 @@ export const makeLoopbackProvider = Effect.gen(function*() {
     () =>
       Effect.async<void>((resume) => {
         for (const live of hung) live.res.socket?.destroy()
+        for (const timer of delayed) clearTimeout(timer)
         server.closeAllConnections()
         server.close(() => resume(Effect.void))
       })
@@ -274,6 +294,8 @@ export const makeLoopbackProvider = Effect.gen(function*() {
     /** Forgets rules, requests, deliveries and the idempotency store; hung connections are dropped. */
     reset: Effect.sync(() => {
       for (const live of hung) live.res.socket?.destroy()
+      for (const timer of delayed) clearTimeout(timer)
+      delayed = new Set()
       rules = []
       requests = []
       deliveries = []

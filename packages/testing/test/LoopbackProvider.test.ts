@@ -56,6 +56,27 @@ describe("LoopbackProvider", () => {
       })
     ))
 
+  it.live("a delayed answer is written after its delay, with the time it was answered; a client gone meanwhile gets nothing accepted", () =>
+    withProvider((provider) =>
+      Effect.gen(function*() {
+        yield* provider.script({ key: "slow", reply: LoopbackReply.status(200, { delayMs: 150 }) })
+        const sent = Date.now()
+        expect((yield* post(provider.urlFor("/send"), { key: "slow" })).status).toBe(200)
+        const [answered] = yield* provider.requests
+        expect(answered!.answeredAt!.getTime() - answered!.receivedAt.getTime()).toBeGreaterThanOrEqual(140)
+        expect(Date.now() - sent).toBeGreaterThanOrEqual(140)
+        const controller = new AbortController()
+        const aborted = yield* Effect.fork(Effect.either(post(provider.urlFor("/send"), { key: "slow", signal: controller.signal })))
+        yield* provider.awaitRequests(2)
+        controller.abort()
+        yield* provider.awaitAborts(1)
+        yield* Effect.flatMap(Effect.sync(() => aborted), (fiber) => fiber.await)
+        const [, gone] = yield* provider.requests
+        expect(gone).toMatchObject({ clientAborted: true, answeredAt: undefined, status: undefined })
+        expect((yield* provider.deliveries).length).toBe(1)
+      })
+    ))
+
   it.live("answers the next N requests as scripted, then falls back to 200", () =>
     withProvider((provider) =>
       Effect.gen(function*() {

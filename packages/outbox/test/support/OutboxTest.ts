@@ -59,7 +59,6 @@ export const deliveryWith = (
       Effect.provide(
         OutboxDelivery.Default.pipe(
           Layer.provide(senderLayer),
-          Layer.provide(RateLimiter.layer),
           Layer.provide(RateLimiter.layerStoreMemory),
           Layer.provideMerge(Layer.succeed(OutboxSettings, options.tweak ? options.tweak(settings) : settings)),
           Layer.provide(Layer.succeed(SqlClient.SqlClient, options.sql ?? (yield* SqlClient.SqlClient)))

@@ -1,0 +1,85 @@
+import { Duration, Effect, Fiber } from "effect"
+import { type Decision, decide, record, type Recorded } from "./Delivery.ts"
+import type { ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
+import type { Settings } from "./OutboxConfig.ts"
+import type { SendOutcome } from "./Sender.ts"
+
+/**
+ * How often a batch still being delivered records what has finished. A process killed outright
+ * (SIGKILL) re-sends, after its lease expires, only the deliveries in flight and those that
+ * completed since the last recording write: at most this interval plus that write's own time.
+ */
+export const RECORD_EVERY = Duration.millis(100)
+
+const deliveredDecision: Decision = { _tag: "Delivered" }
+
+/**
+ * The outcomes of one claimed batch, written while the batch runs: every RECORD_EVERY the outcomes
+ * that arrived since the last write go out as one fenced, batched `record` (nothing is written
+ * when nothing arrived, so a batch that finishes within the interval costs one write, as before).
+ * `add` is synchronous so that an outcome, once the send returned, can never be dropped by an
+ * interruption between the send and its bookkeeping.
+ */
+export const makeRecorder = (
+  repo: DeliveryRepo,
+  settings: Pick<Settings, "backoff" | "retryAfterMax">
+) =>
+  Effect.gen(function*() {
+    // Each entry's decision is made when it is written (backoff is computed from the Clock then).
+    let pending: Array<{ readonly row: ClaimedRow; readonly decision: Effect.Effect<Decision> }> = []
+    const settled = new Set<string>()
+    const totals = { delivered: 0, retried: 0, dead: 0, lost: 0 }
+    const oneWriteAtATime = yield* Effect.makeSemaphore(1)
+
+    const write = oneWriteAtATime.withPermits(1)(Effect.suspend(() => {
+      if (pending.length === 0) return Effect.void
+      const batch = pending
+      pending = []
+      return Effect.forEach(batch, ({ decision, row }) => Effect.map(decision, (d) => [row, d] as const)).pipe(
+        Effect.flatMap((decided) => record(repo, decided)),
+        Effect.tap((recorded) => Effect.sync(() => count(recorded))),
+        // Not written: kept for the next write. A write that did land but failed to answer is refused
+        // by the fence the second time (counted as lost), never applied twice.
+        Effect.tapError(() => Effect.sync(() => (pending = [...batch, ...pending])))
+      )
+    }))
+
+    const decisionOf = (outcome: SendOutcome, row: ClaimedRow) =>
+      outcome._tag === "Delivered" ? Effect.succeed(deliveredDecision) : decide(outcome, row, settings)
+
+    const settle = (row: ClaimedRow, decision: Effect.Effect<Decision>) => {
+      settled.add(row.id)
+      pending.push({ row, decision })
+    }
+
+    const count = (recorded: Recorded) => {
+      totals.delivered += recorded.delivered
+      totals.retried += recorded.retried
+      totals.dead += recorded.dead
+      totals.lost += recorded.lost
+    }
+
+    // Only the wait is interruptible: stopping the loop lets a write in progress finish, so `finish`
+    // never races a write whose outcome it cannot know.
+    const loop = Effect.interruptible(Effect.sleep(RECORD_EVERY)).pipe(
+      Effect.zipRight(Effect.uninterruptible(Effect.catchAll(write, (error) =>
+        Effect.logWarning("outbox outcomes not recorded yet; retrying with the next write").pipe(
+          Effect.annotateLogs({ error: error._tag })
+        )))),
+      Effect.forever
+    )
+    const fiber = yield* Effect.fork(loop)
+
+    return {
+      /** The outcome of a send; synchronous, so no interruption can come between a send and this. */
+      add: (row: ClaimedRow, outcome: SendOutcome) => settle(row, decisionOf(outcome, row)),
+      /** A decision made without a send (a row claimed past its attempt ceiling). */
+      addDecision: (row: ClaimedRow, decision: Decision) => settle(row, Effect.succeed(decision)),
+      /** `outcome` for each of `rows` that has none yet. */
+      addUnsettled: (rows: ReadonlyArray<ClaimedRow>, outcome: SendOutcome) => {
+        for (const row of rows) if (!settled.has(row.id)) settle(row, decisionOf(outcome, row))
+      },
+      /** Stops the periodic writes (a write in progress finishes) and records whatever is left. */
+      finish: Effect.zipRight(Fiber.interrupt(fiber), Effect.map(write, () => ({ ...totals } satisfies Recorded)))
+    } as const
+  })

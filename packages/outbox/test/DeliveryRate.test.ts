@@ -1,0 +1,42 @@
+import { describe, expect, it } from "@effect/vitest"
+import { RateLimiter } from "@effect/experimental"
+import { Duration, Effect, TestClock } from "effect"
+import { takeUpTo } from "../src/DeliveryRate.ts"
+
+const policy = { key: "tenant-scheduler-delivery:acme", limit: 5, window: Duration.hours(1) }
+const memoryStore = RateLimiter.RateLimiterStore.pipe(Effect.provide(RateLimiter.layerStoreMemory))
+
+describe("delivery rate: partial grants through the RateLimiterStore port", () => {
+  it.effect("'as many rows as it has tokens': a window with 2 of 5 tokens left grants 2 of 4 wanted, then nothing until it resets", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const store = yield* memoryStore
+      expect(yield* takeUpTo(store, { ...policy, wanted: 3 })).toEqual({ granted: 3, exhaustedFor: undefined })
+      expect(yield* takeUpTo(store, { ...policy, wanted: 4 })).toEqual({ granted: 2, exhaustedFor: Duration.hours(1) })
+      yield* TestClock.adjust("10 minutes")
+      expect(yield* takeUpTo(store, { ...policy, wanted: 1 })).toEqual({ granted: 0, exhaustedFor: Duration.minutes(50) })
+      yield* TestClock.adjust("50 minutes")
+      // Never more than the limit in one grant.
+      expect(yield* takeUpTo(store, { ...policy, wanted: 7 })).toEqual({ granted: 5, exhaustedFor: Duration.hours(1) })
+    }))
+
+  it.effect("tokens another process takes between a refusal and the next ask are never granted twice (any store keeping the port's contract)", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const shared = yield* memoryStore
+      const refillRate = Duration.unsafeDivide(policy.window, policy.limit)
+      const rival = (tokens: number) => shared.fixedWindow({ key: policy.key, tokens, refillRate, limit: policy.limit })
+      yield* rival(2)
+      // After our first (refused) ask, another process sharing the store takes one of the 3 tokens left.
+      let calls = 0
+      const racing: RateLimiter.RateLimiterStore["Type"] = {
+        ...shared,
+        fixedWindow: (options) =>
+          Effect.tap(shared.fixedWindow(options), () => (++calls === 1 ? rival(1) : Effect.void))
+      }
+      expect(yield* takeUpTo(racing, { ...policy, wanted: 4 })).toEqual({ granted: 2, exhaustedFor: Duration.hours(1) })
+      expect(calls).toBe(3)
+      const [count] = yield* rival(1)
+      expect(count).toBe(policy.limit + 1)
+    }))
+})
