@@ -1,0 +1,48 @@
+import { HttpApp, HttpServerResponse } from "@effect/platform"
+import { Effect, FiberRef, HashMap, Option, Schema } from "effect"
+import { globalValue } from "effect/GlobalValue"
+import { randomUUID } from "node:crypto"
+
+/**
+ * One id per HTTP request, chosen by the server (a client's own `x-correlation-id` is never taken): it ties
+ * the response to the request's audit rows and log lines. 32 lower-case hex digits, so it is safe to log,
+ * to store and to put in a header.
+ */
+export const CorrelationId = Schema.String.pipe(Schema.pattern(/^[0-9a-f]{32}$/), Schema.brand("CorrelationId"))
+export type CorrelationId = typeof CorrelationId.Type
+
+export const CORRELATION_HEADER = "x-correlation-id"
+
+/** A random UUID's 32 hex digits: unique without coordination, cheap enough for every request. */
+export const makeCorrelationId = (): CorrelationId => randomUUID().replaceAll("-", "") as CorrelationId
+
+const currentCorrelationId = globalValue(
+  Symbol.for("@delivery/core/Correlation/current"),
+  () => FiberRef.unsafeMake<Option.Option<CorrelationId>>(Option.none())
+)
+
+/** Handles one request under `id`: handlers read it with `requestCorrelationId`, and every log line of the request carries it. */
+export const withCorrelationId = (id: CorrelationId) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  effect.pipe(Effect.annotateLogs("correlationId", id), Effect.locally(currentCorrelationId, Option.some(id)))
+
+// Without the edge (a group served on its own, as in a package's tests) the first reader assigns the id,
+// for the rest of the request, with the same header and log annotation the edge would give it.
+const assignHere = Effect.suspend(() => {
+  const id = makeCorrelationId()
+  return FiberRef.set(currentCorrelationId, Option.some(id)).pipe(
+    Effect.zipRight(FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set("correlationId", id as unknown))),
+    Effect.zipRight(HttpApp.appendPreResponseHandler((_request, response) =>
+      Effect.succeed(HttpServerResponse.setHeader(response, CORRELATION_HEADER, id))
+    )),
+    Effect.as(id)
+  )
+})
+
+/**
+ * The correlation id of the request being handled. The backend's HTTP edge assigns it before anything else
+ * runs and puts it on every response as `x-correlation-id`.
+ */
+export const requestCorrelationId: Effect.Effect<CorrelationId> = Effect.flatMap(
+  FiberRef.get(currentCorrelationId),
+  Option.match({ onNone: () => assignHere, onSome: Effect.succeed })
+)
