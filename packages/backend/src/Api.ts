@@ -1,9 +1,12 @@
 import { HttpApi, OpenApi } from "@effect/platform"
+import { JsonBodyRefused } from "@delivery/core"
 import { EnvelopeInboxApi } from "@delivery/envelope-inbox"
 import { IdentityApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
+import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
+import { withoutDecodeError } from "./RequestInvalid.ts"
 
 /**
  * The one HttpApi the backend serves. Adding a package's group is one `.add(...)` here plus its handler layer
@@ -16,5 +19,15 @@ export class Api extends HttpApi.make("delivery")
   .add(SignerApi)
   .add(OutboxOperatorApi)
   .add(OutboxApi)
+  // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
+  .addError(RequestInvalid, { status: 400 })
+  .addError(PathInvalid, { status: 400 })
+  .addError(BodyUnreadable, { status: 400 })
+  .addError(BodyTooLarge, { status: 413 })
+  .addError(UriTooLong, { status: 414 })
+  .addError(JsonBodyRefused, { status: 422 })
+  .addError(InternalError, { status: 500 })
+  .addError(ShuttingDown, { status: 503 })
   .annotate(OpenApi.Title, "Delivery backend")
+  .annotate(OpenApi.Transform, withoutDecodeError)
 {}

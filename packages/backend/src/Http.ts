@@ -6,6 +6,7 @@ import { EnvelopeInboxHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
+import { requestInvalid } from "./RequestInvalid.ts"
 
 /**
  * Handlers for every group of `Api`. A new group adds its handler layer here (one line), next to its
@@ -22,6 +23,9 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(AuthenticationLive),
   Layer.provide(OperatorAuthenticationLive)
 )
+
+/** API-level middleware of the edge: decode errors leave as `RequestInvalid`, which quotes nothing the client sent. */
+export const EdgeMiddlewareLive = HttpApiBuilder.middleware(Api, requestInvalid(Api))
 
 /** `/openapi.json` and a Scalar page at `/docs`; the Scalar script is inlined, so the page needs no CDN. */
 export const DocsLive = Layer.mergeAll(

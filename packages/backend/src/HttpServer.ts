@@ -1,10 +1,14 @@
 import { HttpApp, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Duration, Effect, FiberSet, Option, type Scope } from "effect"
+import { CORRELATION_HEADER, type CorrelationId, makeCorrelationId, withCorrelationId } from "@delivery/core"
+import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope } from "effect"
+import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
+import { declaredLength, limitUndeclaredBody, pathOf, targetProblem, withBoundedJson, MAX_TARGET_LENGTH } from "./EdgeRequest.ts"
+import { PathInvalid, UriTooLong } from "./Refusals.ts"
 
 export interface ServeOptions {
   readonly hostname: string
   readonly port: number
-  /** Passed to Bun.serve: bodies above it get 413 (HttpIncomingMessage.withMaxBodySize is ignored on Bun). */
+  /** MAX_REQUEST_BODY_BYTES: enforced by the edge itself, so that the refusal is the documented 413. */
   readonly maxRequestBodySize: number
   /** How long shutdown waits for in-flight requests before interrupting them. */
   readonly drainMs: number
@@ -15,25 +19,54 @@ export interface DrainStatus {
   readonly inFlight: () => number
 }
 
-/** After a drain, Bun still writes the last responses; connections close once they are written. */
+/**
+ * How long the process keeps its listener after SIGTERM while every answer already says `Connection: close`:
+ * requests that clients had sent on idle keep-alive connections are read and answered 503 instead of being
+ * reset when Bun closes those connections together with the listener.
+ */
+const closeNotice = Duration.millis(100)
+
+/** After a drain, Bun still writes the last answers; connections close once they are written. */
 const flushGrace = Duration.seconds(1)
 
-const refused = () =>
-  new Response("shutting down\n", {
-    status: 503,
-    headers: { "content-type": "text/plain", connection: "close", "retry-after": "1" }
-  })
+/** One request from Bun's `fetch` call until its answer is handed back to Bun. */
+interface Exchange {
+  readonly id: CorrelationId
+  readonly method: string
+  readonly url: string
+  readonly resolve: (response: Response) => void
+  answered: boolean
+  /** The client went away: nobody reads the answer. */
+  aborted: boolean
+  /** The undeclared body passed MAX_REQUEST_BODY_BYTES: the answer is 413 whatever the route made of it. */
+  bodyTooLarge: boolean
+  /** For a 5xx: the failure's tag or the defect's kind. */
+  kind: string | undefined
+}
 
 /**
- * Serves `app` with Bun.serve and drains on release, which BunHttpServer 0.91 does not do (its finalizer
- * interrupts every running handler, so clients get 503). When the scope closes:
- * 1. new requests are refused: the listener is closed (`server.stop(false)`: new connections are refused,
- *    idle keep-alive connections are closed) and a request that still reaches `fetch` gets 503. (Bun 1.4.4
- *    closes a busy connection when a pipelined request arrives on it, aborting its in-flight request; the
- *    rest of a request body that is still being uploaded is delivered normally.)
- * 2. in-flight requests (counted from Bun's `fetch` call until their response is handed to Bun) get up to
- *    `drainMs` to finish, then their fibers are interrupted;
- * 3. remaining connections are closed.
+ * Serves `app` with Bun.serve as the HTTP edge of the backend: every request gets a correlation id before
+ * anything else runs (handlers read it with `requestCorrelationId`, every log line of the request carries
+ * it, every answer has it as `x-correlation-id`); the request target, the body size and JSON bodies are
+ * bounded before any route runs; failures the API does not answer itself get the documented JSON refusals
+ * (docs/http.md); every 5xx logs one error line.
+ *
+ * Bun.serve's own `maxRequestBodySize` is unbounded on purpose: Bun answers a declared length over it with a
+ * bare 413, so the edge checks MAX_REQUEST_BODY_BYTES itself (declared lengths before reading, chunked bodies
+ * as they stream). Without `Connection: close` on that 413, Bun reads and discards the rest of the body, so
+ * the client gets to read the answer.
+ *
+ * Draining, which BunHttpServer 0.91 does not do (its finalizer interrupts every running handler). Bun 1.4.4's
+ * `server.stop(false)` closes the listener and, at the same moment, every idle keep-alive connection (it has no
+ * way to do one without the other); a request a client had already sent on such a connection is then never
+ * read and the client sees a reset. So when the scope closes:
+ * 1. every answer from now on carries `Connection: close` (no client reuses a connection that is about to
+ *    close), and a request that reaches `fetch` gets 503 `shutting-down` with `Retry-After`; for `closeNotice`
+ *    the listener stays open, so requests already on their way over idle connections are read and answered;
+ * 2. `server.stop(false)`: new connections are refused, idle connections closed;
+ * 3. in-flight requests (from Bun's `fetch` call until their answer is handed to Bun) get up to `drainMs` in
+ *    all to finish; then their fibers are interrupted and they are answered 503 `shutting-down`;
+ * 4. the last answers are flushed (bounded), then remaining connections are closed.
  * Only then do earlier-acquired resources (workers, the database pool) get released.
  * Caveat: a streamed response body counts as finished once its headers are handed over.
  */
@@ -44,34 +77,88 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>
     >()
     const runtime = yield* Effect.runtime<never>()
-
-    const resolvers = new WeakMap<HttpServerRequest.HttpServerRequest, (response: Response) => void>()
-    const handled = HttpApp.toHandled(app, (request, response) =>
-      Effect.sync(() => {
-        const web = HttpServerResponse.toWeb(HttpApp.unsafeEjectStreamScope(response), {
-          withoutBody: request.method === "HEAD",
-          runtime
-        })
-        resolvers.get(request)?.(web)
-      }))
-
-    const handle = (request: Request, remoteAddress: string | undefined) =>
-      new Promise<Response>((resolve) => {
-        const serverRequest = HttpServerRequest.fromWeb(request).modify(remoteAddress === undefined ? {} : { remoteAddress })
-        resolvers.set(serverRequest, resolve)
-        const fiber = runFork(Effect.provideService(handled, HttpServerRequest.HttpServerRequest, serverRequest))
-        // A fiber interrupted before it answered (drain bound reached) still settles its request.
-        fiber.addObserver(() => resolve(new Response(null, { status: 503 })))
-        request.signal.addEventListener(
-          "abort",
-          () => fiber.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId),
-          { once: true }
-        )
-      })
+    const runSync = Runtime.runSync(runtime)
+    const debug = LogLevel.lessThanEqual(
+      FiberRefs.getOrDefault(runtime.fiberRefs, FiberRef.currentMinimumLogLevel),
+      LogLevel.Debug
+    )
 
     let draining = false
     let inFlight = 0
     let onIdle: (() => void) | undefined
+
+    const log = (level: LogLevel.LogLevel, message: string, exchange: Exchange, annotations: Record<string, unknown>) =>
+      runSync(Effect.logWithLevel(level, message).pipe(
+        Effect.annotateLogs({ method: exchange.method, path: pathOf(exchange.url), ...annotations, correlationId: exchange.id })
+      ))
+
+    /** The one way an answer leaves: correlation id, `Connection: close` while draining, the 5xx log line. */
+    const answer = (exchange: Exchange, response: Response) => {
+      if (exchange.answered) return
+      exchange.answered = true
+      response.headers.set(CORRELATION_HEADER, exchange.id)
+      if (draining) response.headers.set("connection", "close")
+      // No payload, message or secret: the status, the kind of failure and where.
+      if (response.status >= 500 && !exchange.aborted) {
+        log(LogLevel.Error, "request failed", exchange, { status: response.status, kind: exchange.kind ?? "response" })
+      }
+      if (debug) log(LogLevel.Debug, "request answered", exchange, { status: response.status, draining })
+      exchange.resolve(response)
+      inFlight -= 1
+      if (inFlight === 0) onIdle?.()
+    }
+
+    const exchanges = new WeakMap<HttpServerRequest.HttpServerRequest, Exchange>()
+    const exchangeOf = Effect.map(HttpServerRequest.HttpServerRequest, (request) => exchanges.get(request)!)
+
+    const guarded = Effect.catchAllCause(app, (cause) =>
+      Effect.flatMap(exchangeOf, (exchange) => {
+        if (exchange.bodyTooLarge) return Effect.succeed(bodyTooLargeResponse(exchange.id, options.maxRequestBodySize))
+        return Effect.map(edgeFailure(cause, exchange.id), ({ kind, response }) => {
+          exchange.kind = kind
+          return response
+        })
+      }))
+
+    const handled = HttpApp.toHandled(guarded, (request, response) =>
+      Effect.sync(() => {
+        const exchange = exchanges.get(request)!
+        const final = exchange.bodyTooLarge ? bodyTooLargeResponse(exchange.id, options.maxRequestBodySize) : response
+        if (final.status >= 500 && exchange.kind === undefined) exchange.kind = tagOfBody(final)
+        answer(
+          exchange,
+          HttpServerResponse.toWeb(HttpApp.unsafeEjectStreamScope(final), { withoutBody: request.method === "HEAD", runtime })
+        )
+      }))
+
+    const handle = (exchange: Exchange, request: Request, remoteAddress: string | undefined) => {
+      const source = limitUndeclaredBody(request, options.maxRequestBodySize, () => {
+        exchange.bodyTooLarge = true
+      })
+      const platform = HttpServerRequest.fromWeb(source)
+      const serverRequest = withBoundedJson(
+        remoteAddress === undefined ? platform : platform.modify({ remoteAddress }),
+        exchange.id
+      )
+      exchanges.set(serverRequest, exchange)
+      const fiber = runFork(handled.pipe(
+        Effect.provideService(HttpServerRequest.HttpServerRequest, serverRequest),
+        withCorrelationId(exchange.id)
+      ))
+      // A fiber interrupted before it answered (drain bound reached, client gone) still settles its request.
+      fiber.addObserver(() => {
+        exchange.kind ??= "interrupted"
+        answer(exchange, refusalResponse(shuttingDown(exchange.id)))
+      })
+      request.signal.addEventListener(
+        "abort",
+        () => {
+          exchange.aborted = true
+          fiber.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId)
+        },
+        { once: true }
+      )
+    }
 
     const server = yield* Effect.acquireRelease(
       Effect.try({
@@ -79,13 +166,39 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
           Bun.serve({
             hostname: options.hostname,
             port: options.port,
-            maxRequestBodySize: options.maxRequestBodySize,
+            // See above: the edge enforces options.maxRequestBodySize itself.
+            maxRequestBodySize: Number.POSITIVE_INFINITY,
             fetch(request, server) {
-              if (draining) return refused()
-              inFlight += 1
-              return handle(request, server.requestIP(request)?.address).finally(() => {
-                inFlight -= 1
-                if (inFlight === 0) onIdle?.()
+              return new Promise<Response>((resolve) => {
+                inFlight += 1
+                const exchange: Exchange = {
+                  id: makeCorrelationId(),
+                  method: request.method,
+                  url: request.url,
+                  resolve,
+                  answered: false,
+                  aborted: false,
+                  bodyTooLarge: false,
+                  kind: undefined
+                }
+                if (draining) {
+                  exchange.kind = "shutting-down"
+                  return answer(exchange, refusalResponse(shuttingDown(exchange.id)))
+                }
+                const problem = targetProblem(request.url)
+                if (problem !== undefined) {
+                  const correlationId = exchange.id
+                  return answer(exchange, refusalResponse(
+                    problem === "uri-too-long"
+                      ? new UriTooLong({ reason: problem, correlationId, limit: MAX_TARGET_LENGTH })
+                      : new PathInvalid({ reason: problem, correlationId })
+                  ))
+                }
+                const declared = declaredLength(request)
+                if (declared !== undefined && declared > options.maxRequestBodySize) {
+                  return answer(exchange, refusalResponse(bodyTooLarge(exchange.id, options.maxRequestBodySize)))
+                }
+                handle(exchange, request, server.requestIP(request)?.address)
               })
             }
           }),
@@ -107,18 +220,20 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         draining = true
+        const notice = Duration.min(closeNotice, Duration.millis(options.drainMs))
+        yield* Effect.sleep(notice)
         const closed = server.stop(false)
         yield* Effect.logInfo(
           `shutdown: HTTP stopped accepting; draining ${inFlight} in-flight request(s) for up to ${options.drainMs} ms`
         )
-        const drained = yield* Effect.interruptible(idle).pipe(Effect.timeoutOption(Duration.millis(options.drainMs)))
+        const drained = yield* Effect.interruptible(idle).pipe(Effect.timeoutOption(Duration.subtract(Duration.millis(options.drainMs), notice)))
         if (Option.isNone(drained)) {
           yield* Effect.logWarning(`shutdown: drain bound reached, interrupting ${inFlight} request(s)`)
           yield* FiberSet.clear(fibers)
         } else {
           yield* Effect.logInfo("shutdown: in-flight requests drained")
-          yield* Effect.interruptible(Effect.promise(() => closed)).pipe(Effect.timeoutOption(flushGrace))
         }
+        yield* Effect.interruptible(Effect.promise(() => closed)).pipe(Effect.timeoutOption(flushGrace))
         void server.stop(true)
         yield* Effect.logInfo("shutdown: HTTP server closed")
       })

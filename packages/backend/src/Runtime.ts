@@ -9,7 +9,7 @@ import { PgClient } from "@effect/sql-pg"
 import { Effect, Layer, Logger } from "effect"
 import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
-import { ApiLive, DocsLive } from "./Http.ts"
+import { ApiLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { Readiness } from "./Readiness.ts"
 import { WorkerRegistry } from "@delivery/core"
@@ -65,6 +65,7 @@ const HttpLive = Layer.scopedDiscard(
 ).pipe(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
   Layer.provide(DocsLive),
+  Layer.provide(EdgeMiddlewareLive),
   Layer.provide(ApiLive),
   Layer.provide(BunHttpServer.layerContext)
 )

@@ -5,8 +5,11 @@ import { PgClient } from "@effect/sql-pg"
 import { TestDatabase } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Deferred, Effect, Fiber, Redacted, Schedule } from "effect"
+import { connect } from "node:net"
 import { freePort, get, probePort, spawnBun } from "@delivery/testing"
 import { fixturePath } from "./support/Fixtures.ts"
+import { annotation, logEntries, startBackend } from "./support/Backend.ts"
+import { keepAliveClient, type LoadOutcome, parseRaw, rawExchange } from "./support/Http.ts"
 
 const backendWithWorker = fixturePath("backend-with-worker.ts")
 
@@ -41,6 +44,52 @@ const awaitBackendBlockedOnLock = Effect.gen(function* () {
   )
 })
 
+/**
+ * A connection that has sent only the start of a request: Bun does not count it as idle, so it stays open
+ * through `server.stop(false)`. `finish` sends the rest and resolves with what the server answers.
+ */
+const partialRequest = (port: number, first: string, rest: string) =>
+  Effect.async<{ readonly finish: Effect.Effect<ReturnType<typeof parseRaw>> }>((resume) => {
+    const socket = connect({ host: "127.0.0.1", port })
+    let data = ""
+    const closed = new Promise<void>((resolve) => {
+      socket.on("close", () => resolve())
+      socket.on("error", () => resolve())
+    })
+    socket.on("data", (chunk) => (data += chunk.toString("latin1")))
+    socket.once("connect", () => {
+      socket.write(first)
+      resume(Effect.succeed({
+        finish: Effect.promise(async () => {
+          socket.write(rest)
+          await closed
+          return parseRaw(data)
+        })
+      }))
+    })
+  })
+
+const shuttingDown = (answer: ReturnType<typeof parseRaw>) => {
+  expect([answer.status, answer.headers.connection, answer.headers["retry-after"]]).toEqual([503, "close", "1"])
+  expect(answer.headers["x-correlation-id"]).toMatch(/^[0-9a-f]{32}$/)
+  expect(JSON.parse(answer.body)).toEqual({ _tag: "ShuttingDown", reason: "shutting-down", correlationId: answer.headers["x-correlation-id"] })
+}
+
+const readyRequest = "GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+/** The fixture backend (the real runtime with a stand-in worker) on the suite's database, listening. */
+const startFixture = (env: Readonly<Record<string, string>>) =>
+  startBackend({ READY_CHECK_TIMEOUT_MS: "30000", SHUTDOWN_DRAIN_MS: "30000", ...env }, backendWithWorker)
+
+/** One `GET /ready` in flight on a connection of its own, held by the migrations lock until `lock.release`. */
+const holdReadyInFlight = (port: number) =>
+  Effect.gen(function* () {
+    const lock = yield* holdMigrationsLock
+    const inFlight = yield* Effect.fork(rawExchange(port, readyRequest, 60_000))
+    yield* awaitBackendBlockedOnLock
+    return { lock, inFlight }
+  })
+
 const inOrder = (output: string, lines: ReadonlyArray<string>) => {
   const positions = lines.map((line) => output.indexOf(line))
   expect(positions.filter((position) => position < 0).map((_, i) => lines[i])).toEqual([])
@@ -48,25 +97,16 @@ const inOrder = (output: string, lines: ReadonlyArray<string>) => {
 }
 
 layer(TestDatabaseLive, { excludeTestServices: true })("graceful shutdown", (it) => {
-  it.scoped("Startup runs migrations and health check before the workers start; Shutdown stops HTTP acceptance, lets the in-flight request finish, interrupts workers, joins their completion, and disposes the database pool (exit 0)", () =>
+  it.scoped("Startup runs migrations and health check before the workers start; Shutdown stops HTTP acceptance, lets the in-flight request finish (its answer says Connection: close), answers a request arriving on an open connection with 503 + Connection: close + Retry-After, interrupts workers, joins their completion, and disposes the database pool (exit 0)", () =>
     Effect.gen(function* () {
-      const db = yield* TestDatabase
       const sql = yield* SqlClient.SqlClient
-      const port = yield* freePort
-      const backend = yield* spawnBun(backendWithWorker, {
-        DATABASE_URL: db.url,
-        PORT: String(port),
-        READY_CHECK_TIMEOUT_MS: "30000",
-        SHUTDOWN_DRAIN_MS: "30000"
-      })
+      const { backend, port } = yield* startFixture({})
       yield* backend.waitForOutput(/stand-in worker waiting/)
-      yield* backend.waitForOutput(/listening on http:/)
       const before = yield* get(port, "/ready")
       expect(JSON.parse(before.body)).toMatchObject({ status: "ready", checks: { workers: { running: ["stand-in"] } } })
 
-      const lock = yield* holdMigrationsLock
-      const inFlight = yield* Effect.fork(get(port, "/ready"))
-      yield* awaitBackendBlockedOnLock
+      const { inFlight, lock } = yield* holdReadyInFlight(port)
+      const late = yield* partialRequest(port, "GET /health HTTP/1.1\r\nHo", "st: 127.0.0.1\r\n\r\n")
 
       yield* backend.signal("SIGTERM")
       yield* backend.waitForOutput(/shutdown: HTTP stopped accepting; draining 1 in-flight/)
@@ -74,10 +114,12 @@ layer(TestDatabaseLive, { excludeTestServices: true })("graceful shutdown", (it)
       expect(yield* probePort(port)).toBe("refused")
       expect(yield* backend.hasExited).toBe(false)
       expect(yield* backend.output).not.toContain("interrupting worker")
+      // A request that arrives on a connection that is still open is answered, not reset.
+      shuttingDown(yield* late.finish)
 
       yield* lock.release
       const answered = yield* Fiber.join(inFlight)
-      expect(answered.status).toBe(200)
+      expect([answered.status, answered.headers.connection]).toEqual([200, "close"])
       expect(JSON.parse(answered.body)).toMatchObject({ status: "ready" })
 
       expect(yield* backend.exitCode()).toBe(0)
@@ -101,31 +143,65 @@ layer(TestDatabaseLive, { excludeTestServices: true })("graceful shutdown", (it)
 
   it.scoped("in-flight requests get SHUTDOWN_DRAIN_MS to finish; past that bound they are interrupted and shutdown still completes in order with exit 0", () =>
     Effect.gen(function* () {
-      const db = yield* TestDatabase
-      const port = yield* freePort
-      const backend = yield* spawnBun(backendWithWorker, {
-        DATABASE_URL: db.url,
-        PORT: String(port),
-        READY_CHECK_TIMEOUT_MS: "30000",
-        SHUTDOWN_DRAIN_MS: "300"
-      })
-      yield* backend.waitForOutput(/listening on http:/)
-      const lock = yield* holdMigrationsLock
-      const inFlight = yield* Effect.fork(Effect.either(get(port, "/ready").pipe(Effect.sandbox)))
-      yield* awaitBackendBlockedOnLock
+      const { backend, port } = yield* startFixture({ SHUTDOWN_DRAIN_MS: "300" })
+      const { inFlight, lock } = yield* holdReadyInFlight(port)
 
       yield* backend.signal("SIGTERM")
       yield* backend.waitForOutput(/shutdown: drain bound reached, interrupting 1 request/)
       expect(yield* backend.exitCode()).toBe(0)
       yield* lock.release
-      // The interrupted request is not answered with a success.
-      const outcome = yield* Fiber.join(inFlight)
-      if (outcome._tag === "Right") expect(outcome.right.status).toBe(503)
+      // The interrupted request is answered, and not with a success.
+      shuttingDown(yield* Fiber.join(inFlight))
       inOrder(yield* backend.output, [
         "shutdown: drain bound reached",
         "shutdown: worker stand-in interrupted and joined",
         "shutdown: database pool disposed"
       ])
+    }))
+})
+
+layer(TestDatabaseLive, { excludeTestServices: true })("shutdown under load", (it) => {
+  it.scoped("SIGTERM under load: no request the server read is answered by a reset, every answer is a normal response, and every answer written after SIGTERM carries Connection: close", () =>
+    Effect.gen(function* () {
+      const { backend, port } = yield* startFixture({ LOG_LEVEL: "debug" })
+      // One request stays in flight, so the drain lasts while the clients keep sending.
+      const { inFlight, lock } = yield* holdReadyInFlight(port)
+
+      const until = Date.now() + 30_000
+      const clients = yield* Effect.fork(
+        Effect.all(Array.from({ length: 6 }, () => keepAliveClient(port, "/health", until)), { concurrency: "unbounded" })
+      )
+      // Under way: a few hundred answers before the signal.
+      yield* backend.output.pipe(
+        Effect.filterOrFail((output) => (output.match(/request answered/g)?.length ?? 0) >= 300),
+        Effect.retry(Schedule.spaced("50 millis")),
+        Effect.timeout("30 seconds")
+      )
+      yield* backend.signal("SIGTERM")
+      const outcomes: ReadonlyArray<LoadOutcome> = (yield* Fiber.join(clients)).flat()
+      yield* lock.release
+      expect((yield* Fiber.join(inFlight)).headers.connection).toBe("close")
+      expect(yield* backend.exitCode()).toBe(0)
+
+      const output = yield* backend.output
+      expect(output).toContain("shutdown: HTTP stopped accepting")
+      const served = logEntries(output)
+        .filter((entry) => entry.includes("request answered") && annotation(entry, "path") === "/health")
+        .map((entry) => ({ id: annotation(entry, "correlationId")!, draining: annotation(entry, "draining") === "true" }))
+      const answers = outcomes.filter((outcome) => outcome._tag === "Answer")
+      // Every request the server read reached its client as a whole answer: none was lost to a reset.
+      expect(new Set(answers.map((answer) => answer.correlationId))).toEqual(new Set(served.map((s) => s.id)))
+      expect(answers.length).toBe(served.length)
+      for (const answer of answers) {
+        if (answer.status === 503) {
+          expect([answer.connection, answer.retryAfter, JSON.parse(answer.body).reason]).toEqual(["close", "1", "shutting-down"])
+        } else expect(answer.status).toBe(200)
+      }
+      const drained = new Set(served.filter((s) => s.draining).map((s) => s.id))
+      for (const answer of answers.filter((a) => drained.has(a.correlationId!))) expect(answer.connection).toBe("close")
+      // What broke was a connection the server closed before reading anything on it.
+      const broken = outcomes.filter((outcome) => outcome._tag === "Broken")
+      expect(broken.every((b) => ["closed", "ECONNRESET", "EPIPE"].includes(b.code))).toBe(true)
     }))
 })
 

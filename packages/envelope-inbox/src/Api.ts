@@ -22,8 +22,8 @@ export class IntakeRequest extends Context.Tag("@delivery/envelope-inbox/IntakeR
 
 /**
  * The route's outer adapter (spec 000: "must enforce its body limit before constructing a request"). It
- * runs before Authentication: it assigns the correlation id (an `x-correlation-id` header on every
- * response of the route, refusals by the middleware included), refuses a declared or actual body over
+ * runs before Authentication: it takes the request's correlation id (core's `requestCorrelationId`, assigned
+ * at the HTTP edge and on every response as `x-correlation-id`), refuses a declared or actual body over
  * INBOX_MAX_ENVELOPE_BYTES with 413, and reads the body with a bounded reader.
  */
 export class EnvelopeIntake extends HttpApiMiddleware.Tag<EnvelopeIntake>()("@delivery/envelope-inbox/EnvelopeIntake", {

@@ -1,9 +1,9 @@
 import { HttpApi, HttpApiBuilder, HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { requestCorrelationId } from "@delivery/core"
 import { CurrentIdentity, deliveryApiId, retryAfterSeconds } from "@delivery/identity"
 import { Effect, Layer, Stream } from "effect"
-import { randomBytes } from "node:crypto"
 import { EnvelopeInboxApi, EnvelopeIntake, IntakeRequest } from "./Api.ts"
-import { CorrelationId, EnvelopeTooLarge, EnvelopeUnreadable } from "./Domain.ts"
+import { type CorrelationId, EnvelopeTooLarge, EnvelopeUnreadable } from "./Domain.ts"
 import { EnvelopeInbox } from "./EnvelopeInbox.ts"
 import { MaxEnvelopeBytesConfig } from "./InboxConfig.ts"
 
@@ -56,14 +56,14 @@ const readBounded = (request: HttpServerRequest.HttpServerRequest, max: number, 
     return body
   })
 
-/** The intake middleware (see `EnvelopeIntake`): correlation id, body limit, bounded read. */
+/** The intake middleware (see `EnvelopeIntake`): the request's correlation id, body limit, bounded read. */
 export const EnvelopeIntakeLive = Layer.effect(
   EnvelopeIntake,
   Effect.map(MaxEnvelopeBytesConfig, (max) =>
     Effect.gen(function* () {
       const request = yield* HttpServerRequest.HttpServerRequest
-      const correlationId = CorrelationId.make(randomBytes(16).toString("hex"))
-      yield* withHeader("x-correlation-id", correlationId)
+      // Assigned at the HTTP edge, which also puts it on the response.
+      const correlationId = yield* requestCorrelationId
       const body = yield* readBounded(request, max, correlationId)
       return { correlationId, body }
     }))

@@ -1,4 +1,5 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { JsonBodyRefused } from "@delivery/core"
 import { IdPattern, OperatorAuthentication } from "@delivery/identity"
 import { Schema } from "effect"
 import {
@@ -105,6 +106,7 @@ export class SignerApi extends HttpApiGroup.make("signer")
       .annotate(OpenApi.Summary, "Revoke: the key stops verifying at once; it is purged after its replay window")
   )
   .addError(SigningKeyRequestInvalid, { status: 422 })
+  .addError(JsonBodyRefused, { status: 422 })
   .addError(SignerStorageUnavailable, { status: 503 })
   .middleware(OperatorAuthentication)
   .annotate(OpenApi.Title, "Signing keys (operator)")

@@ -1,10 +1,10 @@
-import { HttpApi, HttpApiBuilder, HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApi, HttpApiBuilder, type HttpServerRequest } from "@effect/platform"
+import { JsonBodyRefused, parseBounded, requestCorrelationId } from "@delivery/core"
 import { CurrentOperator, deliveryApiId, operatorActor } from "@delivery/identity"
-import { Effect, Either, Option, ParseResult, Schema } from "effect"
+import { Effect, Either, ParseResult, Schema } from "effect"
 import { SignerApi, SigningKeyRequest, type SigningKeyView } from "./Api.ts"
 import {
   AuditActor,
-  CorrelationId,
   type KeyActor,
   type KeyChange,
   KeyId,
@@ -13,7 +13,6 @@ import {
   SigningKeyRequestInvalid,
   TenantId
 } from "./Domain.ts"
-import { newCorrelationId } from "./KeyManagement.ts"
 import { Signer } from "./Signer.ts"
 
 type Issue = SigningKeyRequestInvalid["issues"][number]
@@ -39,14 +38,17 @@ const issuesOf = (error: ParseResult.ParseError): Array<Issue> => {
   return [...issues.values()]
 }
 
-// The body is read here rather than by the framework, whose JSON reader turns malformed JSON into a
-// defect (500): every way a body can be wrong is one 422 with stable problems. Bun's
-// maxRequestBodySize bounds the read before this runs.
+// The body is read here rather than by the framework, so that a body that is not JSON is one more
+// stable problem of the same 422. The HTTP edge's MAX_REQUEST_BODY_BYTES bounds the read before this
+// runs, and core's JSON bounds come before the parse (422 JsonBodyRefused past them).
 const readKeyRequest = (request: HttpServerRequest.HttpServerRequest) =>
   Effect.gen(function* () {
-    const text = yield* Effect.orElseSucceed(request.text, () => undefined)
-    const json = text === undefined ? Either.left(undefined) : Either.try(() => JSON.parse(text) as unknown)
-    if (Either.isLeft(json)) return Either.left<Array<Issue>>([{ field: "body", problem: "not-json" }])
+    const bytes = yield* Effect.orElseSucceed(Effect.map(request.arrayBuffer, (buffer) => new Uint8Array(buffer)), () => undefined)
+    const json = bytes === undefined ? Either.left("json-malformed" as const) : parseBounded(bytes)
+    if (Either.isLeft(json)) {
+      if (json.left !== "json-malformed") return yield* JsonBodyRefused.of(json.left, yield* requestCorrelationId)
+      return Either.left<Array<Issue>>([{ field: "body", problem: "not-json" }])
+    }
     return Either.mapLeft(
       Schema.decodeUnknownEither(SigningKeyRequest, { errors: "all", onExcessProperty: "error" })(json.right),
       issuesOf
@@ -61,21 +63,15 @@ const validated = <A extends ReadonlyArray<Either.Either<any, Issue | Array<Issu
     : Effect.succeed(parts.map((part) => Either.getOrThrow(part)) as { [K in keyof A]: Either.Either.Right<A[K]> })
 }
 
-const CORRELATION_HEADER = "x-correlation-id"
-
 /**
- * Who acts and under which correlation id: the caller's `x-correlation-id` when it fits the audit
- * pattern, a fresh one otherwise. Echoed on the response, so an operator can find the audit rows.
+ * Who acts and under which correlation id: the request's, assigned at the HTTP edge and on the response as
+ * `x-correlation-id`, so an operator can find the audit rows.
  */
-const attribution = (request: HttpServerRequest.HttpServerRequest) =>
-  Effect.gen(function* () {
-    const operator = yield* CurrentOperator
-    const offered = Option.getRight(Schema.decodeUnknownEither(CorrelationId)(request.headers[CORRELATION_HEADER]))
-    const correlationId = Option.isSome(offered) ? offered.value : yield* newCorrelationId
-    yield* HttpApp.appendPreResponseHandler((_request, response) =>
-      Effect.succeed(HttpServerResponse.setHeader(response, CORRELATION_HEADER, correlationId)))
-    return { actor: AuditActor.make(operatorActor(operator)), correlationId } satisfies KeyActor
-  })
+const attribution = Effect.gen(function* () {
+  const operator = yield* CurrentOperator
+  const correlationId = yield* requestCorrelationId
+  return { actor: AuditActor.make(operatorActor(operator)), correlationId } satisfies KeyActor
+})
 
 const view = (key: SigningKey): SigningKeyView => ({
   keyId: key.keyId,
@@ -121,7 +117,7 @@ export const SignerHttpLive = HttpApiBuilder.group(SignerOnlyApi, "signer", (han
         }))
       .handleRaw("register", ({ path, request }) =>
         Effect.gen(function* () {
-          const by = yield* attribution(request)
+          const by = yield* attribution
           const [tenant, body] = yield* validated(decodeId(TenantId, "tenant", path.tenant), yield* readKeyRequest(request))
           return yield* signer.registerKeyAs(tenant, body.keyId, body.publicKey, by).pipe(
             Effect.map(respond("registered", by)),
@@ -130,16 +126,16 @@ export const SignerHttpLive = HttpApiBuilder.group(SignerOnlyApi, "signer", (han
         }))
       .handleRaw("rotate", ({ path, request }) =>
         Effect.gen(function* () {
-          const by = yield* attribution(request)
+          const by = yield* attribution
           const [tenant, body] = yield* validated(decodeId(TenantId, "tenant", path.tenant), yield* readKeyRequest(request))
           return yield* signer.rotateAs(tenant, body.keyId, body.publicKey, by).pipe(
             Effect.map(respond("rotated", by)),
             logged("rotate", tenant, body.keyId, by)
           )
         }))
-      .handle("revoke", ({ path, request }) =>
+      .handle("revoke", ({ path }) =>
         Effect.gen(function* () {
-          const by = yield* attribution(request)
+          const by = yield* attribution
           const [tenant, keyId] = yield* validated(
             decodeId(TenantId, "tenant", path.tenant),
             decodeId(KeyId, "keyId", path.keyId)
