@@ -9,6 +9,7 @@
  *   --dry-run              one run of the test command inside the sandbox: its time is the time per mutant
  *   --incremental          reuse results of the previous run for mutants whose code did not change
  *   --report               print the summary of the last run again, run nothing
+ *   --keep                 keep the sandbox (`.stryker-tmp/run-<pid>`) to look into a failing initial run
  *
  * How it works (see docs/testing.md): Stryker copies the repository into `.stryker-tmp/run-<pid>/sandbox-*`, instruments
  * the modules there with every mutant behind a switch, installs the workspace into the sandbox (`bun install
@@ -29,7 +30,7 @@ import { PACKAGES } from "./mutate-packages.ts"
 const root = new URL("../", import.meta.url).pathname
 process.chdir(root)
 
-const usage = `usage: bun run mutate <${Object.keys(PACKAGES).join("|")}> [--files g1,g2] [--tests p1,p2] [--concurrency n] [--count | --dry-run | --report] [--incremental]`
+const usage = `usage: bun run mutate <${Object.keys(PACKAGES).join("|")}> [--files g1,g2] [--tests p1,p2] [--concurrency n] [--count | --dry-run | --report] [--incremental] [--keep]`
 
 const { values: flags, positionals } = parseArgs({
   args: process.argv.slice(2),
@@ -41,6 +42,7 @@ const { values: flags, positionals } = parseArgs({
     count: { type: "boolean", default: false },
     "dry-run": { type: "boolean", default: false },
     incremental: { type: "boolean", default: false },
+    keep: { type: "boolean", default: false },
     report: { type: "boolean", default: false }
   }
 })
@@ -176,6 +178,8 @@ const command = mode === "count" ? "true" : `bunx --bun vitest run ${tests.join(
 const options: PartialStrykerOptions = {
   testRunner: "command",
   commandRunner: { command },
+  // The command runner sees one pass/fail per run, no coverage: every mutant runs the whole test command.
+  coverageAnalysis: "off",
   mutate,
   concurrency,
   // Instrumented code runs under Bun in the sandbox; a real install there makes every workspace import
@@ -189,7 +193,7 @@ const options: PartialStrykerOptions = {
   ignorePatterns: ["/.data", "/reports", "/.stryker-tmp", "*.log"],
   // One folder per run, so an interrupted run can remove its own sandbox without touching another run's.
   tempDirName: tempDir,
-  cleanTempDir: "always",
+  cleanTempDir: flags.keep ? false : "always",
   // One test run takes tens of seconds and other test runs share the two cores: a generous margin keeps a
   // slow run from counting as a timeout (which would count as detected).
   timeoutFactor: 2,
@@ -207,7 +211,7 @@ const cleanUp = () => {
   // The cluster's finalizers are synchronous (pg_ctl stop, rm), so they also run from an exit handler.
   Effect.runSync(Scope.close(scope, Exit.void))
   // Stryker removes its sandbox when it finishes, not when interrupted: remove this run's folder either way.
-  rmSync(tempDir, { recursive: true, force: true })
+  if (!flags.keep) rmSync(tempDir, { recursive: true, force: true })
   if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
 }
 // On Ctrl-C Stryker kills its test runs, removes its sandbox and calls process.exit: stop the cluster then too.
