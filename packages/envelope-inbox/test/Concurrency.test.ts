@@ -1,11 +1,10 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Chunk, Effect, Random } from "effect"
 import fc from "fast-check"
-import { randomBytes } from "node:crypto"
-import { DeviceId } from "@delivery/identity"
 import { SqlClient } from "@effect/sql"
-import { contiguousCursor, CorrelationId, EnvelopeInbox } from "../src/index.ts"
-import { auditOf, counts, post, producer, streamOf, SuiteLive } from "./support/Harness.ts"
+import { contiguousCursor } from "../src/index.ts"
+import { auditOf, counts, post, producer, receive, streamOf, SuiteLive } from "./support/Harness.ts"
+import { seeded, testSeed } from "./support/Seed.ts"
 
 layer(SuiteLive(), { excludeTestServices: true })("concurrent and reordered arrivals (spec 000 step 5: lock the stream)", (it) => {
   it.effect("50 concurrent copies of one envelope over real HTTP and a pool of 10 connections: exactly one acceptance and 49 duplicates", () =>
@@ -24,18 +23,18 @@ layer(SuiteLive(), { excludeTestServices: true })("concurrent and reordered arri
     }))
 
   it.effect("30 distinct sequences of one stream sent concurrently in random order: all retained once, cursor at 30", () =>
-    Effect.gen(function* () {
+    seeded(Effect.gen(function* () {
       const p = yield* producer()
-      const envelopes = Array.from({ length: 30 }, (_, i) => p.envelope({ sequence: i + 1 }))
-      envelopes.sort(() => Math.random() - 0.5)
+      const envelopes = Chunk.toReadonlyArray(yield* Random.shuffle(Array.from({ length: 30 }, (_, i) => p.envelope({ sequence: i + 1 }))))
       const answers = yield* Effect.all(envelopes.map((e) => post(e, p.token)), { concurrency: 30 })
       expect(answers.every((a) => a.status === 201)).toBe(true)
       expect(yield* streamOf(p.tenant)).toEqual({ cursor: 30, floor: 0, high: 30 })
       expect(yield* counts(p.tenant)).toMatchObject({ identities: 30, payloads: 30, audit: 30 })
-    }))
+    })))
 
   // Through the service (the HTTP shell adds nothing to these rules), with arrivals in random orders,
-  // duplicated, with gaps, and partly concurrent; fast-check shrinks a failing arrival pattern.
+  // duplicated, with gaps, and partly concurrent; fast-check shrinks a failing arrival pattern and prints
+  // its seed (TEST_SEED replays it).
   const arrivals = fc.record({
     sent: fc.uniqueArray(fc.integer({ min: 1, max: 14 }), { minLength: 1, maxLength: 12 }),
     copies: fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 12, maxLength: 12 }),
@@ -48,7 +47,6 @@ layer(SuiteLive(), { excludeTestServices: true })("concurrent and reordered arri
     ({ run }) =>
       Effect.gen(function* () {
         const p = yield* producer()
-        const inbox = yield* EnvelopeInbox
         const sql = yield* SqlClient.SqlClient
         const events = new Map(run.sent.map((sequence) => [sequence, p.envelope({ sequence })]))
         // Every sent sequence arrives 1..3 times, the copies shuffled by `order`.
@@ -59,12 +57,7 @@ layer(SuiteLive(), { excludeTestServices: true })("concurrent and reordered arri
           .map(({ sequence }) => sequence)
         const outcomes = yield* Effect.forEach(
           shuffled,
-          (sequence) =>
-            inbox.receive({
-              identity: { _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make("d-1") },
-              correlationId: CorrelationId.make(randomBytes(16).toString("hex")),
-              body: new TextEncoder().encode(JSON.stringify(events.get(sequence)))
-            }).pipe(Effect.map((ack) => ack.outcome)),
+          (sequence) => Effect.map(receive(p, events.get(sequence)!), (ack) => ack.outcome),
           { concurrency: run.concurrency }
         )
         expect(outcomes.filter((o) => o === "accepted")).toHaveLength(run.sent.length)
@@ -82,6 +75,6 @@ layer(SuiteLive(), { excludeTestServices: true })("concurrent and reordered arri
         )
         expect(yield* counts(p.tenant)).toMatchObject({ payloads: run.sent.length, audit: deliveries.length })
       }),
-    { fastCheck: { numRuns: 20 } }
+    { fastCheck: { numRuns: 20, seed: testSeed } }
   )
 })

@@ -6,7 +6,7 @@ import { KeyId, KeySource, rawPublicKey, RawPublicKey, Signer } from "@delivery/
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { ConfigProvider, Context, Effect, Layer, Redacted, Schema } from "effect"
 import { generateKeyPairSync, type KeyObject, randomBytes } from "node:crypto"
-import { EnvelopeInboxApi, EnvelopeInboxHttpLive, EnvelopeInboxLive, InboxRetention } from "../../src/index.ts"
+import { CorrelationId, EnvelopeInbox, EnvelopeInboxApi, EnvelopeInboxHttpLive, EnvelopeInboxLive, InboxRetention } from "../../src/index.ts"
 import { CountingSqlLive } from "@delivery/testing"
 import { envelopeJson, type EnvelopeFields, signJson } from "./Signing.ts"
 
@@ -86,6 +86,17 @@ export const producer = (options: { readonly device?: string } = {}) =>
       envelope: (fields) => signJson(envelopeJson({ tenant, ...fields }), privateKey)
     } satisfies Producer
   })
+
+/** `EnvelopeInbox.receive` as device d-1 of `p` (what the route does after authentication), without HTTP. */
+export const receive = (p: Producer, envelope: Record<string, unknown>, correlationId = newCorrelationId()) =>
+  Effect.flatMap(EnvelopeInbox, (inbox) =>
+    inbox.receive({
+      identity: { _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make("d-1") },
+      correlationId,
+      body: new TextEncoder().encode(JSON.stringify(envelope))
+    }))
+
+export const newCorrelationId = () => CorrelationId.make(randomBytes(16).toString("hex"))
 
 /** Another device credential of the same account. */
 export const secondDevice = (p: Producer, device: string) =>
