@@ -1,8 +1,8 @@
 import { RateLimiter } from "@effect/experimental"
 import { Duration, Effect } from "effect"
 
-/** What a tenant's window gave: `granted` tokens; when nothing is left, `resetAfter` says for how long. */
-export interface Grant {
+/** What a tenant's window gave: `granted` tokens, and for how long it is empty when nothing is left. */
+export interface WindowGrant {
   readonly granted: number
   /** Set when the window has no token left after this grant: the time until it resets. */
   readonly exhaustedFor: Duration.Duration | undefined
@@ -23,7 +23,7 @@ const ROUNDS = 3
 export const takeUpTo = (
   store: RateLimiter.RateLimiterStore["Type"],
   options: { readonly key: string; readonly limit: number; readonly window: Duration.Duration; readonly wanted: number }
-): Effect.Effect<Grant, RateLimiter.RateLimiterError> =>
+): Effect.Effect<WindowGrant, RateLimiter.RateLimiterError> =>
   Effect.gen(function*() {
     const { key, limit } = options
     const refillRate = Duration.unsafeDivide(options.window, limit)

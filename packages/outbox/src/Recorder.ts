@@ -25,31 +25,34 @@ export const makeRecorder = (
   settings: Pick<Settings, "backoff" | "retryAfterMax">
 ) =>
   Effect.gen(function*() {
-    // Each entry's decision is made when it is written (backoff is computed from the Clock then).
-    let pending: Array<{ readonly row: ClaimedRow; readonly decision: Effect.Effect<Decision> }> = []
+    // A delivered outcome is its decision; any other is decided when written (its backoff starts
+    // from the Clock then). Plain values, no effect per row: a batch of 100 stays one cheap write.
+    let pending: Array<{ readonly row: ClaimedRow; readonly decision?: Decision; readonly outcome?: SendOutcome }> = []
     const settled = new Set<string>()
     const totals = { delivered: 0, retried: 0, dead: 0, lost: 0 }
-    const oneWriteAtATime = yield* Effect.makeSemaphore(1)
 
-    const write = oneWriteAtATime.withPermits(1)(Effect.suspend(() => {
+    // Never runs twice at once: the periodic loop writes one after another, and `finish` writes only
+    // once that loop has stopped.
+    const write = Effect.suspend(() => {
       if (pending.length === 0) return Effect.void
       const batch = pending
       pending = []
-      return Effect.forEach(batch, ({ decision, row }) => Effect.map(decision, (d) => [row, d] as const)).pipe(
-        Effect.flatMap((decided) => record(repo, decided)),
-        Effect.tap((recorded) => Effect.sync(() => count(recorded))),
+      return Effect.gen(function*() {
+        const decided: Array<readonly [ClaimedRow, Decision]> = []
+        for (const { decision, outcome, row } of batch) {
+          decided.push([row, decision ?? (yield* decide(outcome!, row, settings))])
+        }
+        count(yield* record(repo, decided))
+      }).pipe(
         // Not written: kept for the next write. A write that did land but failed to answer is refused
         // by the fence the second time (counted as lost), never applied twice.
         Effect.tapError(() => Effect.sync(() => (pending = [...batch, ...pending])))
       )
-    }))
+    })
 
-    const decisionOf = (outcome: SendOutcome, row: ClaimedRow) =>
-      outcome._tag === "Delivered" ? Effect.succeed(deliveredDecision) : decide(outcome, row, settings)
-
-    const settle = (row: ClaimedRow, decision: Effect.Effect<Decision>) => {
+    const settle = (row: ClaimedRow, outcome: SendOutcome) => {
       settled.add(row.id)
-      pending.push({ row, decision })
+      pending.push(outcome._tag === "Delivered" ? { row, decision: deliveredDecision } : { row, outcome })
     }
 
     const count = (recorded: Recorded) => {
@@ -72,12 +75,15 @@ export const makeRecorder = (
 
     return {
       /** The outcome of a send; synchronous, so no interruption can come between a send and this. */
-      add: (row: ClaimedRow, outcome: SendOutcome) => settle(row, decisionOf(outcome, row)),
+      add: settle,
       /** A decision made without a send (a row claimed past its attempt ceiling). */
-      addDecision: (row: ClaimedRow, decision: Decision) => settle(row, Effect.succeed(decision)),
+      addDecision: (row: ClaimedRow, decision: Decision) => {
+        settled.add(row.id)
+        pending.push({ row, decision })
+      },
       /** `outcome` for each of `rows` that has none yet. */
       addUnsettled: (rows: ReadonlyArray<ClaimedRow>, outcome: SendOutcome) => {
-        for (const row of rows) if (!settled.has(row.id)) settle(row, decisionOf(outcome, row))
+        for (const row of rows) if (!settled.has(row.id)) settle(row, outcome)
       },
       /** Stops the periodic writes (a write in progress finishes) and records whatever is left. */
       finish: Effect.zipRight(Fiber.interrupt(fiber), Effect.map(write, () => ({ ...totals } satisfies Recorded)))
