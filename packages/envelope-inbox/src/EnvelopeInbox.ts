@@ -18,7 +18,8 @@ import {
 } from "./Domain.ts"
 import * as Stages from "./EnvelopeStages.ts"
 import { PayloadRetentionConfig } from "./InboxConfig.ts"
-import { type AuditRow, InboxRepo, type StorageFailure, type StreamKey } from "./InboxRepo.ts"
+import { auditContextOf, type AuditRow, InboxRepo, type StorageFailure, type StreamKey } from "./InboxRepo.ts"
+import { RefusalAudit } from "./RefusalAudit.ts"
 import { SyncLimiter } from "./SyncLimiter.ts"
 
 export interface ReceiveInput {
@@ -51,6 +52,7 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
   effect: Effect.gen(function* () {
     const repo = yield* InboxRepo
     const limiter = yield* SyncLimiter
+    const refusals = yield* RefusalAudit
     const signer = yield* Signer
     const retentionMillis = Duration.toMillis(yield* PayloadRetentionConfig)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
@@ -78,24 +80,17 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       // The configured sync limiter: after authentication, before any route, key, signature or database work.
       yield* limiter.admit(identity).pipe(
         Effect.catchTags({
-          // No audit row: the limiter exists so that this request costs no database work.
+          // The limiter exists so that this request costs no database work: its refusal is only counted,
+          // and RefusalAudit writes one row per identity and window once the window is over.
           SyncLimitExceeded: ({ retryAfter }) =>
-            Effect.logDebug("envelope refused: sync-rate-limited").pipe(
+            refusals.record(identity, correlationId, retryAfter).pipe(
               Effect.zipRight(Effect.fail(new SyncRateLimited({ reason: "sync-rate-limited", correlationId, retryAfter })))
             ),
           SyncLimitUnavailable: () =>
             Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
         })
       )
-      let context: AuditContext = {
-        tenant: identity.tenant,
-        account: identity.account,
-        device: identity._tag === "Device" ? identity.device : null,
-        project: null,
-        producer: null,
-        eventIdentity: null,
-        correlationId
-      }
+      let context: AuditContext = { ...auditContextOf(identity, correlationId), correlationId }
       const forbidden = (reason: EnvelopeForbidden["reason"]) => refuse(context, new EnvelopeForbidden({ reason, correlationId }))
       const unprocessable = (reason: EnvelopeUnprocessable["reason"], detail: Partial<Stages.Invalid & { defect: string }> = {}) =>
         refuse(context, new EnvelopeUnprocessable({ reason, correlationId, ...detail }))
@@ -205,7 +200,7 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
 
     return { receive, raiseReplayFloor, stream } as const
   }),
-  dependencies: [InboxRepo.Default, SyncLimiter.Default]
+  dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}
 
 /** The service with an in-process sync-limiter store; it still needs `Signer` and `SqlClient`. */

@@ -1,4 +1,5 @@
 import { storageErrors } from "@delivery/core"
+import type { VerifiedIdentity } from "@delivery/identity"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Data, Effect, Option, Predicate, Schema } from "effect"
 import { type AuditOutcome, ConflictReason } from "./Domain.ts"
@@ -50,6 +51,22 @@ export interface AuditRow {
   readonly outcome: AuditOutcome
   readonly reason: string
   readonly correlationId: string
+}
+
+/** What an audit row knows before the body is read: the verified caller and the request. */
+export const auditContextOf = (identity: VerifiedIdentity, correlationId: string) => ({
+  tenant: identity.tenant,
+  account: identity.account,
+  device: identity._tag === "Device" ? identity.device : null,
+  project: null,
+  producer: null,
+  eventIdentity: null,
+  correlationId
+})
+
+/** One row standing for `refusalCount` sync-rate-limited refusals of one identity in one limiter window. */
+export interface CountedRefusalRow extends AuditRow {
+  readonly refusalCount: number
 }
 
 /** What `inbox_ingest` needs: the stream, the incoming identities, the payload and the audit context. */
@@ -134,6 +151,11 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       ${a.eventIdentity}, ${a.outcome}, ${a.reason}, ${a.correlationId})`
     const auditColumns = sql`(recorded_at, tenant, project, producer, account, device, event_identity, outcome, reason, correlation_id)`
 
+    const countedValues = (a: CountedRefusalRow) => sql`(
+      ${a.recordedAt}, ${a.tenant}, ${a.project}, ${a.producer}, ${a.account}, ${a.device},
+      ${a.eventIdentity}, ${a.outcome}, ${a.reason}, ${a.correlationId}, ${a.refusalCount})`
+    const countedColumns = sql`(recorded_at, tenant, project, producer, account, device, event_identity, outcome, reason, correlation_id, refusal_count)`
+
     // Spec 000 steps 5 and 6 in one statement, so one transaction (migrations/0005_inbox_ingest_function.sql):
     // lock the stream, check retained identities, replay floor and sequence, then commit identity, payload,
     // cursor and audit row, or only the audit row of a duplicate or refusal.
@@ -175,6 +197,11 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
       ingest: (w: IngestWrite) => storage("ingest")(ingest(w)),
       insertAudit: (a: AuditRow) => storage("insertAudit")(Effect.asVoid(sql`INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(a)}`.withoutTransform)),
+      /** Several counted rows in one statement (so one transaction: all of them or none). */
+      insertCountedRefusals: (rows: ReadonlyArray<CountedRefusalRow>) =>
+        storage("insertCountedRefusals")(Effect.asVoid(
+          sql`INSERT INTO inbox_audit ${countedColumns} VALUES ${sql.csv(rows.map(countedValues))}`.withoutTransform
+        )),
       raiseFloor: (r: { streamId: number; floor: number; cursor: number }) => storage("raiseFloor")(Effect.asVoid(raiseFloor(r))),
       /**
        * One retention batch in its own transaction under the restricted role: the statement runs with

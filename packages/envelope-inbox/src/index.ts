@@ -12,5 +12,6 @@ export {
   RetentionIntervalConfig,
   SyncLimitConfig
 } from "./InboxConfig.ts"
+export { FLUSH_FAILED, MAX_PENDING_WINDOWS, REFUSAL_FLUSH_INTERVAL, RefusalAudit } from "./RefusalAudit.ts"
 export { contiguousCursor } from "./StreamRules.ts"
 export { SyncLimiter, syncKey } from "./SyncLimiter.ts"

@@ -87,12 +87,16 @@ export const producer = (options: { readonly device?: string } = {}) =>
     } satisfies Producer
   })
 
-/** `EnvelopeInbox.receive` as device d-1 of `p` (what the route does after authentication), without HTTP. */
-export const receive = (p: Producer, envelope: Record<string, unknown>, correlationId = newCorrelationId()) =>
+/** `EnvelopeInbox.receive` as a device of `p` (d-1 unless told), what the route does after authentication, without HTTP. */
+export const receive = (
+  p: Producer,
+  envelope: Record<string, unknown>,
+  options: { readonly device?: string; readonly correlationId?: CorrelationId } = {}
+) =>
   Effect.flatMap(EnvelopeInbox, (inbox) =>
     inbox.receive({
-      identity: { _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make("d-1") },
-      correlationId,
+      identity: { _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make(options.device ?? "d-1") },
+      correlationId: options.correlationId ?? newCorrelationId(),
       body: new TextEncoder().encode(JSON.stringify(envelope))
     }))
 
