@@ -6,7 +6,7 @@ import { Canonical } from "@delivery/core"
 import { Effect, Either } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { EnvelopeInbox } from "../src/index.ts"
-import { type Answer, auditOf, counts, post, producer, type Producer, streamOf, SuiteLive } from "./support/Harness.ts"
+import { type Answer, auditOf, counts, post, producer, type Producer, receive, streamOf, SuiteLive } from "./support/Harness.ts"
 import { envelopeJson, PAYLOAD_MARKER, signJson } from "./support/Signing.ts"
 
 interface BadInput {
@@ -280,4 +280,35 @@ layer(SuiteLive(), { excludeTestServices: true })("bad inputs get their stable r
         }
       }))
   }
+})
+
+layer(SuiteLive(), { excludeTestServices: true })("the service on its own (a script, no body limit in front) is safe on deep and huge input", (it) => {
+  const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+    Effect.gen(function* () {
+      const started = performance.now()
+      const result = yield* effect
+      return { result, ms: performance.now() - started }
+    })
+
+  it.effect("a 1 MB body nesting arrays 500,000 deep, and a signed envelope whose metadata nests 250,000 deep, end in 422 with their stable reasons in bounded time, audited", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const abyss = yield* timed(Effect.flip(receive(p, "[".repeat(500_000) + "]".repeat(500_000))))
+      expect(abyss.result).toMatchObject({ _tag: "EnvelopeUnprocessable", reason: "envelope-invalid", problem: "invalid-value", at: "" })
+      expect(abyss.ms).toBeLessThan(10_000)
+
+      const deepMetadata = jsonText(sign(p, { ...base(p, 1), metadata: nested(250_000) }))
+      const signed = yield* timed(Effect.flip(receive(p, deepMetadata)))
+      expect(signed.result).toMatchObject({ _tag: "EnvelopeUnprocessable", reason: "metadata-invalid", problem: "invalid-value", at: "/metadata" })
+      expect(signed.ms).toBeLessThan(10_000)
+      expect(JSON.stringify(signed.result)).not.toContain(PAYLOAD_MARKER)
+
+      const wide = jsonText(sign(p, { ...base(p, 1), metadata: metadataWith(Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`a${i}`, PAYLOAD_MARKER]))) }))
+      const many = yield* timed(Effect.flip(receive(p, wide)))
+      expect(many.result).toMatchObject({ reason: "metadata-invalid", problem: "invalid-value", at: "/metadata/attributes" })
+      expect(many.ms).toBeLessThan(10_000)
+
+      expect((yield* auditOf(p.tenant)).map((row) => row.reason)).toEqual(["envelope-invalid", "metadata-invalid", "metadata-invalid"])
+      expect(yield* counts(p.tenant)).toMatchObject({ identities: 0, payloads: 0 })
+    }))
 })

@@ -80,11 +80,19 @@ export const AttributeValue = Schema.String.pipe(
   )
 )
 
-export const Attributes = Schema.Record({ key: AttributeKey, value: AttributeValue }).pipe(
-  Schema.filter((record) => Object.keys(record).length <= MAX_ATTRIBUTES, {
-    message: () => `at most ${MAX_ATTRIBUTES} attributes`
-  })
+// Counted before any member is decoded: a body of 100,000 attributes is refused for its size, not after
+// 100,000 key and value checks.
+const atMostMaxAttributes = Schema.Object.pipe(
+  Schema.filter((object) => {
+    let members = 0
+    for (const _ in object) if (++members > MAX_ATTRIBUTES) return false
+    return true
+  }, { message: () => `at most ${MAX_ATTRIBUTES} attributes` })
 )
+
+export const Attributes = Schema.compose(atMostMaxAttributes, Schema.Record({ key: AttributeKey, value: AttributeValue }), {
+  strict: false
+})
 
 export const Metadata = Schema.Struct({
   kind: MetadataKind,

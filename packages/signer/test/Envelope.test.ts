@@ -213,7 +213,8 @@ describe("deep and wide values are refused in bounded time, by schema path only"
     ["a 20,000-deep metadata", ["metadata"], nested(20_000), "/metadata"],
     ["a 20,000-deep attribute value", ["metadata", "attributes", "title"], nested(20_000), "/metadata/attributes/title"],
     ["a 20,000-deep route", ["route"], nested(20_000), "/route"],
-    ["a 200,000-item attribute value", ["metadata", "attributes", "title"], Array.from({ length: 200_000 }, () => 0), "/metadata/attributes/title"]
+    ["a 200,000-item attribute value", ["metadata", "attributes", "title"], Array.from({ length: 200_000 }, () => 0), "/metadata/attributes/title"],
+    ["200,000 attributes (counted before any is decoded)", ["metadata", "attributes"], Object.fromEntries(Array.from({ length: 200_000 }, (_, i) => [`a${i}`, "payload-marker"])), "/metadata/attributes"]
   ])("%s is envelope-invalid at its schema path, without formatting (or echoing) the value", (_, path, value, at) => {
     const { ms, refused } = timedRefusal(setPath(signedJson(), path, value))
     expect({ reason: refused.reason, problem: refused.problem, at: refused.at }).toEqual({ reason: "envelope-invalid", problem: "invalid-value", at })

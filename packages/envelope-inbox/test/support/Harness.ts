@@ -87,17 +87,20 @@ export const producer = (options: { readonly device?: string } = {}) =>
     } satisfies Producer
   })
 
-/** `EnvelopeInbox.receive` as a device of `p` (d-1 unless told), what the route does after authentication, without HTTP. */
+/**
+ * `EnvelopeInbox.receive` as a device of `p` (d-1 unless told), what the route does after authentication, without
+ * HTTP (so without any body limit in front). A string is sent as the body's text.
+ */
 export const receive = (
   p: Producer,
-  envelope: Record<string, unknown>,
+  envelope: Record<string, unknown> | string,
   options: { readonly device?: string; readonly correlationId?: CorrelationId } = {}
 ) =>
   Effect.flatMap(EnvelopeInbox, (inbox) =>
     inbox.receive({
       identity: { _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make(options.device ?? "d-1") },
       correlationId: options.correlationId ?? newCorrelationId(),
-      body: new TextEncoder().encode(JSON.stringify(envelope))
+      body: new TextEncoder().encode(typeof envelope === "string" ? envelope : JSON.stringify(envelope))
     }))
 
 export const newCorrelationId = () => CorrelationId.make(randomBytes(16).toString("hex"))
