@@ -1,7 +1,7 @@
 import { expect, it, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { Duration, Effect, Fiber, Layer, Logger, TestClock, TestContext } from "effect"
+import { Chunk, Duration, Effect, Fiber, Layer, Logger, Queue, TestClock, TestContext } from "effect"
 import {
   AuditActor,
   CorrelationId,
@@ -27,16 +27,27 @@ const auditOf = (t: TenantId) =>
       SELECT key_id, action, outcome, actor, correlation_id FROM signer_key_audit WHERE tenant = ${t} ORDER BY id`
       .withoutTransform)
 
-/** Real database work finishes on the real clock: poll it. */
-const eventually = <A, E, R>(effect: Effect.Effect<A, E, R>, done: (a: A) => boolean) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 500; i++) {
-      const value = yield* effect
-      if (done(value)) return value
-      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 10)))
-    }
-    return yield* Effect.dieMessage("condition never held")
+/**
+ * The real Signer whose every purge sweep reports what it purged once its database work is done. With
+ * the loop then seen asleep on the TestClock, that is the signal that a tick has finished (its work runs
+ * on the real clock, however far the TestClock moved), instead of a sleep and a hope.
+ */
+const reportingPurges = Effect.gen(function* () {
+  const real = yield* Signer
+  const sweeps = yield* Queue.unbounded<ReadonlyArray<{ readonly tenant: string; readonly keyId: string }>>()
+  const signer = Signer.make({
+    ...real,
+    purgeRevoked: (by) => real.purgeRevoked(by).pipe(Effect.tap((purged) => Queue.offer(sweeps, purged)))
   })
+  /** The key ids of `tenant` that the next sweep purged, once the loop sleeps again. */
+  const nextSweep = (tenant: TenantId) =>
+    Effect.gen(function* () {
+      const purged = yield* Queue.take(sweeps)
+      yield* Effect.repeat(TestClock.sleeps(), { until: (sleeps) => Chunk.isNonEmpty(sleeps) })
+      return purged.filter((key) => key.tenant === tenant).map((key) => key.keyId)
+    })
+  return { signer, nextSweep } as const
+})
 
 layer(TestLayer, { excludeTestServices: true })("signer_key_audit: every key change has its audit row, in its own transaction", (it) => {
   it.effect("a key change commits with its audit row or not at all: when the audit insert fails, the change rolls back", () =>
@@ -78,16 +89,20 @@ layer(TestLayer, { excludeTestServices: true })("signer_key_audit: every key cha
       yield* TestClock.setTime(Date.parse("2025-06-01T00:00:00Z"))
       yield* signer.registerKey(t, keyId("k1"), k.a1.publicKey)
       yield* signer.revoke(t, keyId("k1"), operator("revoke-1"))
-      const loop = yield* Effect.fork(purgeRevokedLoop(Duration.days(1)))
-      // Ticks inside the window leave the revoked key where it is (it keeps refusing its envelopes).
-      yield* TestClock.adjust(Duration.days(89))
-      yield* Effect.promise(() => new Promise((resolve) => setTimeout(resolve, 100)))
+      const { nextSweep, signer: reporting } = yield* reportingPurges
+      const loop = yield* Effect.fork(Effect.provideService(purgeRevokedLoop(Duration.days(1)), Signer, reporting))
+      // Ticks inside the window leave the revoked key where it is (it keeps refusing its envelopes). The
+      // clock moves a day at a time, each move waking exactly one tick, seen to finish before the next.
+      expect(yield* nextSweep(t)).toEqual([])
+      for (let day = 1; day < 90; day++) {
+        yield* TestClock.adjust(Duration.days(1))
+        expect([day, yield* nextSweep(t)]).toEqual([day, []])
+      }
       expect((yield* signer.keys(t)).map((key) => key.state)).toEqual(["revoked"])
-      // Day by day (each tick's database work runs on the real clock), until a tick has removed it.
-      yield* eventually(
-        Effect.zipRight(TestClock.adjust(Duration.days(1)), signer.keys(t)),
-        (keys) => keys.length === 0
-      )
+      // Day 90: the window is over, and that day's tick removes it.
+      yield* TestClock.adjust(Duration.days(1))
+      expect(yield* nextSweep(t)).toEqual(["k1"])
+      expect(yield* signer.keys(t)).toEqual([])
       expect(yield* TestClock.currentTimeMillis).toBeGreaterThanOrEqual(Date.parse("2025-06-01T00:00:00Z") + Duration.toMillis(Duration.days(90)))
       const rows = yield* auditOf(t)
       expect(rows.map((row) => [row.action, row.actor])).toEqual([
