@@ -88,7 +88,7 @@ const call = (port: number, method: string, path: string, options: { readonly be
   })
 
 /** Polls `check` until it holds, within a generous bound: the backend's workers run on their own schedule. */
-const eventually = <A>(what: string, probe: Effect.Effect<A>, check: (a: A) => boolean) =>
+const eventually = <A, E>(what: string, probe: Effect.Effect<A, E>, check: (a: A) => boolean) =>
   probe.pipe(
     Effect.filterOrFail(check, () => what),
     Effect.retry(Schedule.spaced("100 millis")),
