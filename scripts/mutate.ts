@@ -87,6 +87,25 @@ const oneLine = (text: string, max = 90) => {
   return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat
 }
 
+/** Long originals (a regex, a condition) are cut around the part the mutant changed, so the change stays visible. */
+const around = (original: string, replacement: string, max = 90): [string, string] => {
+  if (original.length <= max && replacement.length <= max) return [original, replacement]
+  let prefix = 0
+  while (prefix < original.length && prefix < replacement.length && original[prefix] === replacement[prefix]) prefix++
+  let suffix = 0
+  while (
+    suffix < original.length - prefix && suffix < replacement.length - prefix &&
+    original[original.length - 1 - suffix] === replacement[replacement.length - 1 - suffix]
+  ) suffix++
+  const cut = (text: string) => {
+    const from = Math.max(0, prefix - 30)
+    const to = Math.min(text.length, text.length - suffix + 30)
+    const window = `${from > 0 ? "…" : ""}${text.slice(from, to)}${to < text.length ? "…" : ""}`
+    return window.length > max + 2 ? `${window.slice(0, max + 1)}…` : window
+  }
+  return [cut(original), cut(replacement)]
+}
+
 const originalText = (source: string, location: ReportMutant["location"]) => {
   const lines = source.split("\n")
   const { start, end } = location
@@ -130,9 +149,8 @@ const summarize = (report: Report, counting: boolean): string => {
       if (!UNDETECTED.has(mutant.status)) continue
       const at = `${file}:${mutant.location.start.line}:${mutant.location.start.column}`
       const status = mutant.status === "Survived" ? "" : ` [${mutant.status}]`
-      survivors.push(
-        `${at}  ${mutant.mutatorName}${status}\n    - ${oneLine(originalText(source, mutant.location))}\n    + ${oneLine(mutant.replacement ?? "")}`
-      )
+      const [before, after] = around(oneLine(originalText(source, mutant.location), Infinity), oneLine(mutant.replacement ?? "", Infinity))
+      survivors.push(`${at}  ${mutant.mutatorName}${status}\n    - ${before}\n    + ${after}`)
     }
   }
   const width = Math.max(...rows.map(([file]) => file.length), 4)
