@@ -1,6 +1,6 @@
-import type { HttpServerRequest } from "@effect/platform"
+import { HttpIncomingMessage, type HttpServerError, HttpServerRequest } from "@effect/platform"
 import { type CorrelationId, JsonBodyRefused, parseBounded } from "@delivery/core"
-import { Effect, Either } from "effect"
+import { Effect, Either, Inspectable } from "effect"
 
 // What the edge checks and changes on a request before any route sees it. Everything here is a bounded
 // amount of work on the request line and headers; the body is only ever counted as it streams.
@@ -68,7 +68,8 @@ export const declaredLength = (request: Request): number | undefined => {
  * `exceeded` first: a declared length is checked before anything is read, this bounds the rest.
  */
 export const limitUndeclaredBody = (request: Request, limit: number, exceeded: () => void): Request => {
-  if (request.body === null || request.headers.has("content-length")) return request
+  // The header first: reading `body` makes Bun build a stream, which a declared body never needs.
+  if (request.headers.has("content-length") || request.body === null) return request
   let total = 0
   const body = request.body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({
@@ -84,23 +85,75 @@ export const limitUndeclaredBody = (request: Request, limit: number, exceeded: (
 }
 
 /**
- * The request as routes see it: the framework's JSON reading (every route that declares a JSON payload)
- * goes through `parseBounded`, so a body past JSON_BOUNDS is refused before it is parsed or decoded, with
- * 422 `JsonBodyRefused` (a defect to the framework, which answers it through the API's error schema).
- * Everything else is the platform's request.
+ * The request as routes see it: the platform's request, except that the framework's JSON reading (every
+ * route that declares a JSON payload) goes through `parseBounded`, so a body past JSON_BOUNDS is refused
+ * before it is parsed or decoded, with 422 `JsonBodyRefused` (a defect to the framework, which reads JSON
+ * with `orDie`, and answers it through the API's error schema). A class rather than a per-request object
+ * with its own prototype, so that every request has the same shape.
  */
-export const withBoundedJson = (
-  request: HttpServerRequest.HttpServerRequest,
-  correlationId: CorrelationId
-): HttpServerRequest.HttpServerRequest =>
-  Object.create(request, {
-    json: {
-      get(this: HttpServerRequest.HttpServerRequest) {
-        return Effect.flatMap(this.arrayBuffer, (buffer) =>
-          Either.match(parseBounded(new Uint8Array(buffer)), {
-            onLeft: (problem) => Effect.die(JsonBodyRefused.of(problem, correlationId)),
-            onRight: Effect.succeed
-          }))
-      }
-    }
-  })
+export class BoundedJsonRequest extends Inspectable.Class implements HttpServerRequest.HttpServerRequest {
+  readonly [HttpServerRequest.TypeId]: HttpServerRequest.TypeId = HttpServerRequest.TypeId
+  readonly [HttpIncomingMessage.TypeId]: HttpIncomingMessage.TypeId = HttpIncomingMessage.TypeId
+
+  constructor(readonly request: HttpServerRequest.HttpServerRequest, readonly correlationId: CorrelationId) {
+    super()
+  }
+
+  get json(): Effect.Effect<unknown, HttpServerError.RequestError> {
+    return Effect.flatMap(this.request.arrayBuffer, (buffer) =>
+      Either.match(parseBounded(new Uint8Array(buffer)), {
+        onLeft: (problem) => Effect.die(JsonBodyRefused.of(problem, this.correlationId)),
+        onRight: Effect.succeed
+      }))
+  }
+
+  modify(options: Parameters<HttpServerRequest.HttpServerRequest["modify"]>[0]) {
+    return new BoundedJsonRequest(this.request.modify(options), this.correlationId)
+  }
+
+  get source() {
+    return this.request.source
+  }
+  get url() {
+    return this.request.url
+  }
+  get originalUrl() {
+    return this.request.originalUrl
+  }
+  get method() {
+    return this.request.method
+  }
+  get cookies() {
+    return this.request.cookies
+  }
+  get headers() {
+    return this.request.headers
+  }
+  get remoteAddress() {
+    return this.request.remoteAddress
+  }
+  get text() {
+    return this.request.text
+  }
+  get urlParamsBody() {
+    return this.request.urlParamsBody
+  }
+  get arrayBuffer() {
+    return this.request.arrayBuffer
+  }
+  get stream() {
+    return this.request.stream
+  }
+  get multipart() {
+    return this.request.multipart
+  }
+  get multipartStream() {
+    return this.request.multipartStream
+  }
+  get upgrade() {
+    return this.request.upgrade
+  }
+  toJSON() {
+    return this.request.toJSON()
+  }
+}

@@ -1,8 +1,8 @@
 import { HttpApp, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { CORRELATION_HEADER, type CorrelationId, makeCorrelationId, withCorrelationId } from "@delivery/core"
+import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId } from "@delivery/core"
 import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope } from "effect"
 import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
-import { declaredLength, limitUndeclaredBody, pathOf, targetProblem, withBoundedJson, MAX_TARGET_LENGTH } from "./EdgeRequest.ts"
+import { BoundedJsonRequest, declaredLength, limitUndeclaredBody, MAX_TARGET_LENGTH, pathOf, targetProblem } from "./EdgeRequest.ts"
 import { PathInvalid, UriTooLong } from "./Refusals.ts"
 
 export interface ServeOptions {
@@ -136,15 +136,14 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
         exchange.bodyTooLarge = true
       })
       const platform = HttpServerRequest.fromWeb(source)
-      const serverRequest = withBoundedJson(
+      const serverRequest = new BoundedJsonRequest(
         remoteAddress === undefined ? platform : platform.modify({ remoteAddress }),
         exchange.id
       )
       exchanges.set(serverRequest, exchange)
-      const fiber = runFork(handled.pipe(
-        Effect.provideService(HttpServerRequest.HttpServerRequest, serverRequest),
-        withCorrelationId(exchange.id)
-      ))
+      const fiber = runFork(Effect.provideService(handled, HttpServerRequest.HttpServerRequest, serverRequest), {
+        updateRefs: correlationRefs(exchange.id)
+      })
       // A fiber interrupted before it answered (drain bound reached, client gone) still settles its request.
       fiber.addObserver(() => {
         exchange.kind ??= "interrupted"

@@ -1,5 +1,5 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { Effect, FiberRef, HashMap, Option, Schema } from "effect"
+import { Effect, type FiberId, FiberRef, FiberRefs, HashMap, Option, Schema } from "effect"
 import { globalValue } from "effect/GlobalValue"
 import { randomUUID } from "node:crypto"
 
@@ -21,9 +21,20 @@ const currentCorrelationId = globalValue(
   () => FiberRef.unsafeMake<Option.Option<CorrelationId>>(Option.none())
 )
 
-/** Handles one request under `id`: handlers read it with `requestCorrelationId`, and every log line of the request carries it. */
-export const withCorrelationId = (id: CorrelationId) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  effect.pipe(Effect.annotateLogs("correlationId", id), Effect.locally(currentCorrelationId, Option.some(id)))
+/**
+ * The fiber refs of a fiber forked to handle one request under `id` (`updateRefs` of `Runtime.runFork`):
+ * handlers read the id with `requestCorrelationId`, and every log line of the request carries it. Set when
+ * the fiber is made rather than with `Effect.locally`, which would cost a bracket per request.
+ */
+export const correlationRefs = (id: CorrelationId) => (refs: FiberRefs.FiberRefs, fiberId: FiberId.Runtime): FiberRefs.FiberRefs =>
+  FiberRefs.updateAs(
+    FiberRefs.updateAs(refs, { fiberId, fiberRef: currentCorrelationId, value: Option.some(id) }),
+    {
+      fiberId,
+      fiberRef: FiberRef.currentLogAnnotations,
+      value: HashMap.set(FiberRefs.getOrDefault(refs, FiberRef.currentLogAnnotations), "correlationId", id as unknown)
+    }
+  )
 
 // Without the edge (a group served on its own, as in a package's tests) the first reader assigns the id,
 // for the rest of the request, with the same header and log annotation the edge would give it.
