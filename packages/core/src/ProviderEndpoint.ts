@@ -49,15 +49,19 @@ export const ProviderEndpointFromString: Schema.Schema<ProviderEndpoint, string>
   }
 )
 
-/** Reads an endpoint with `Config`; a refusal fails config loading naming the variable and the code. */
+/**
+ * Reads an endpoint with `Config`; a refusal fails config loading naming the variable and the code. `nested` comes
+ * after the check, so the refusal's path is the variable (the backend's start-up message lists problems by path).
+ */
 export const endpointConfig = (name: string): Config.Config<ProviderEndpoint> =>
-  Config.string(name).pipe(
+  Config.string().pipe(
     Config.mapOrFail((input) =>
       Either.mapLeft(
         parseEndpoint(input),
         (e) => ConfigError.InvalidData([], `${e.code}: ${name} is not a usable provider endpoint`)
       )
-    )
+    ),
+    Config.nested(name)
   )
 
 /** `ProviderEndpoint.parse(s)`, `.FromString`, `.config("PROVIDER_URL")`. */

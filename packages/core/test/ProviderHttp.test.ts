@@ -63,6 +63,8 @@ describe("ProviderEndpoint", () => {
       const error = yield* Effect.flip(load("http://mail.example.com/send"))
       expect(String(error)).toContain("RESET_MAIL_PROVIDER_URL")
       expect(String(error)).toContain("endpoint-insecure-scheme")
+      // The refusal's path is the variable, so a start-up report that lists problems by path can name it.
+      expect(error._op === "InvalidData" && error.path).toEqual(["RESET_MAIL_PROVIDER_URL"])
       const missing = yield* Effect.flip(
         ProviderHttp.ProviderEndpoint.config("RESET_MAIL_PROVIDER_URL").pipe(
           Effect.withConfigProvider(ConfigProvider.fromMap(new Map()))

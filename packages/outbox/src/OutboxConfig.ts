@@ -1,14 +1,8 @@
-import { Backoff, positiveDuration } from "@delivery/core"
+import { Backoff, integerBetween, positiveDuration } from "@delivery/core"
 import { Config, ConfigError, ConfigProvider, Context, Duration, Effect, Either, Layer } from "effect"
 import { CLAIM_LIMIT, MAX_ATTEMPTS_LIMIT } from "./Domain.ts"
 
-// `nested` after `validate`, so a refused value is reported under its variable's name.
-const integer = (name: string, min: number, max: number, fallback: number) =>
-  Config.integer().pipe(
-    Config.validate({ message: `Expected an integer between ${min} and ${max}`, validation: (n) => n >= min && n <= max }),
-    Config.nested(name),
-    Config.withDefault(fallback)
-  )
+const integer = integerBetween
 
 const duration = positiveDuration
 
