@@ -81,7 +81,9 @@ export const limitUndeclaredBody = (request: Request, limit: number, exceeded: (
       }
     })
   )
-  return new Request(request.url, { method: request.method, headers: request.headers, body, duplex: "half" } as RequestInit)
+  // An HTTP/1.0 request without Host has an origin-form URL, which a Request cannot be built from.
+  const url = request.url.charCodeAt(0) === SLASH ? `http://localhost${request.url}` : request.url
+  return new Request(url, { method: request.method, headers: request.headers, body, duplex: "half" } as RequestInit)
 }
 
 /**

@@ -29,6 +29,18 @@ const closeNotice = Duration.millis(100)
 /** After a drain, Bun still writes the last answers; connections close once they are written. */
 const flushGrace = Duration.seconds(1)
 
+/** Sets a header, also on a response whose headers are immutable (one passed through from a `fetch`). */
+const withHeader = (response: Response, name: string, value: string): Response => {
+  try {
+    response.headers.set(name, value)
+    return response
+  } catch {
+    const copy = new Response(response.body, response)
+    copy.headers.set(name, value)
+    return copy
+  }
+}
+
 /** One request from Bun's `fetch` call until its answer is handed back to Bun. */
 interface Exchange {
   readonly id: CorrelationId
@@ -93,10 +105,10 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       ))
 
     /** The one way an answer leaves: correlation id, `Connection: close` while draining, the 5xx log line. */
-    const answer = (exchange: Exchange, response: Response) => {
+    const answer = (exchange: Exchange, answered: Response) => {
       if (exchange.answered) return
       exchange.answered = true
-      response.headers.set(CORRELATION_HEADER, exchange.id)
+      const response = withHeader(answered, CORRELATION_HEADER, exchange.id)
       if (draining) response.headers.set("connection", "close")
       // No payload, message or secret: the status, the kind of failure and where.
       if (response.status >= 500 && !exchange.aborted) {

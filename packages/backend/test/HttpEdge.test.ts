@@ -88,6 +88,9 @@ layer(TestDatabaseLive, { excludeTestServices: true })("the HTTP edge", (it) => 
         const answer = yield* rawExchange(port, `POST /api/outbox/messages HTTP/1.1\r\nHost: x\r\nContent-Length: ${length}\r\n\r\n{}`)
         expect([answer.status, answer.headers.connection, answer.body]).toEqual([400, "close", ""])
       }
+      // An HTTP/1.0 request without Host reaches the edge in origin form and is served like any other.
+      const old = yield* rawExchange(port, "GET /health HTTP/1.0\r\n\r\n")
+      expect([old.status, old.headers["x-correlation-id"]?.length]).toEqual([200, 32])
       // A declared length Bun can parse reaches the edge, however large: the edge's JSON answer.
       const huge = yield* rawExchange(port, `POST /api/outbox/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000000000\r\n\r\n{}`, 500)
       expect(huge.status).toBe(413)
