@@ -28,7 +28,7 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   { name: "DATABASE_URL", default: "(unset: embedded PGlite, development only)", meaning: "postgres:// or postgresql:// URL of the PostgreSQL database", secret: true },
   { name: "DATABASE_POOL_MAX", default: "10", meaning: "maximum pooled connections to DATABASE_URL, 1-1000 (the embedded database always uses 1); keep the sum over all processes below the server's max_connections", secret: false },
   { name: "SHUTDOWN_DRAIN_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for in-flight HTTP requests before interrupting them (0-3600000)", secret: false },
-  { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (Bun.serve maxRequestBodySize, 1 byte to 1 GiB); larger bodies get 413", secret: false },
+  { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (1 byte to 1 GiB), enforced by the HTTP edge on the declared length and while a chunked body streams in; larger bodies get 413 `body-too-large` (docs/http.md)", secret: false },
   { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready (1-60000)", secret: false },
   { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory; set but empty is refused); used only when DATABASE_URL is unset", secret: false },
   { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false },

@@ -1,12 +1,12 @@
+import { CorrelationId } from "@delivery/core"
 import { Schema } from "effect"
 
 // Every outcome of POST /controlplane/v1/envelopes carries one of these stable reasons and the
 // request's correlation id; none carries the credential, the signature or the payload.
 // docs/controlplane-inbound.md lists them with their statuses and the check that produces each.
 
-/** Server-chosen, 16 random bytes in hex: it ties a response to its audit row and logs. */
-export const CorrelationId = Schema.String.pipe(Schema.pattern(/^[0-9a-f]{32}$/), Schema.brand("CorrelationId"))
-export type CorrelationId = typeof CorrelationId.Type
+/** The request's server-chosen correlation id (core's, assigned at the HTTP edge): it ties a response to its audit row and logs. */
+export { CorrelationId }
 
 const refusal = { correlationId: CorrelationId }
 

@@ -1,5 +1,5 @@
+import { makeCorrelationId } from "@delivery/core"
 import { Clock, Duration, Effect, Option } from "effect"
-import { randomUUID } from "node:crypto"
 import {
   AuditActor,
   CorrelationId,
@@ -18,7 +18,7 @@ import { sameBytes } from "./Ed25519.ts"
 import type { SignerRepo } from "./SignerRepo.ts"
 
 /** A fresh correlation id, for changes no request asked for (the purge sweep, direct calls). */
-export const newCorrelationId = Effect.sync(() => CorrelationId.make(randomUUID()))
+export const newCorrelationId = Effect.sync(() => CorrelationId.make(makeCorrelationId()))
 
 /** The actor of key changes made by code rather than by an authenticated caller. */
 export const systemActor = (name: string) =>
