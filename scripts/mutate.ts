@@ -22,7 +22,8 @@ import { startCluster } from "@delivery/testing"
 import type { PartialStrykerOptions } from "@stryker-mutator/api/core"
 import { Stryker } from "@stryker-mutator/core"
 import { Effect, Exit, Scope } from "effect"
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
 import { PACKAGES } from "./mutate-packages.ts"
@@ -39,10 +40,12 @@ const { values: flags, positionals } = parseArgs({
     files: { type: "string" },
     tests: { type: "string" },
     concurrency: { type: "string", default: "1" },
+    runner: { type: "string", default: "vitest" },
     count: { type: "boolean", default: false },
     "dry-run": { type: "boolean", default: false },
     incremental: { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
+    trace: { type: "boolean", default: false },
     report: { type: "boolean", default: false }
   }
 })
@@ -56,6 +59,11 @@ if (name === undefined || pkg === undefined || positionals.length > 1) {
 const list = (value: string | undefined) => value?.split(",").map((s) => s.trim()).filter((s) => s !== "")
 const mutate = list(flags.files) ?? [...pkg.mutate]
 const tests = list(flags.tests) ?? [...pkg.tests]
+const runner = flags.runner
+if (runner !== "vitest" && runner !== "command") {
+  console.error(`--runner must be vitest or command\n${usage}`)
+  process.exit(2)
+}
 const concurrency = Number(flags.concurrency)
 if (!Number.isInteger(concurrency) || concurrency < 1) {
   console.error(`--concurrency must be a positive integer\n${usage}`)
@@ -193,11 +201,23 @@ const bun = process.execPath
 const tempDir = join(".stryker-tmp", `run-${process.pid}`)
 const command = mode === "count" ? "true" : `bunx --bun vitest run ${tests.join(" ")} --bail=1 --reporter=dot`
 
+// The vitest runner reads the package's test files from this variable (scripts/mutate-vitest.config.ts) rather than from
+// Stryker's `testFiles`: with `testFiles`, Stryker 10.1 activates static mutants only after the modules have loaded.
+process.env.MUTATE_TESTS = tests.join(",")
+// Tests that spawn `bun` processes add the processes' coverage to their own through this folder (BunProcess.ts).
+const childCoverageDir = runner === "vitest" && mode !== "count" ? mkdtempSync(join(tmpdir(), "mutate-child-coverage-")) : undefined
+if (childCoverageDir !== undefined) process.env.MUTATE_CHILD_COVERAGE_DIR = childCoverageDir
+const runnerOptions: PartialStrykerOptions =
+  runner === "vitest" && mode !== "count"
+    ? {
+      testRunner: "vitest",
+      vitest: { configFile: "scripts/mutate-vitest.config.ts", pool: "forks", related: false },
+      coverageAnalysis: "perTest"
+    }
+    : { testRunner: "command", commandRunner: { command }, coverageAnalysis: "off" }
+
 const options: PartialStrykerOptions = {
-  testRunner: "command",
-  commandRunner: { command },
-  // The command runner sees one pass/fail per run, no coverage: every mutant runs the whole test command.
-  coverageAnalysis: "off",
+  ...runnerOptions,
   mutate,
   concurrency,
   // Instrumented code runs under Bun in the sandbox; a real install there makes every workspace import
@@ -206,7 +226,9 @@ const options: PartialStrykerOptions = {
   symlinkNodeModules: false,
   ...(mode === "count" ? {} : { buildCommand: `${bun} install --frozen-lockfile --silent` }),
   dryRunOnly: mode === "dry-run",
-  plugins: ["@stryker-mutator/*", join(root, "scripts/mutate-ignorers.ts")],
+  // `--trace`: Stryker's own log, test runs' output included, in stryker.log.
+  ...(flags.trace ? { fileLogLevel: "trace" } as PartialStrykerOptions : {}),
+  plugins: ["@stryker-mutator/*", join(root, "scripts/mutate-vitest-runner.ts"), join(root, "scripts/mutate-ignorers.ts")],
   ignorers: ["effect-logs", "effect-service-keys"],
   ignorePatterns: ["/.data", "/reports", "/.stryker-tmp", "*.log"],
   // One folder per run, so an interrupted run can remove its own sandbox without touching another run's.
@@ -230,6 +252,7 @@ const cleanUp = () => {
   Effect.runSync(Scope.close(scope, Exit.void))
   // Stryker removes its sandbox when it finishes, not when interrupted: remove this run's folder either way.
   if (!flags.keep) rmSync(tempDir, { recursive: true, force: true })
+  if (childCoverageDir !== undefined) rmSync(childCoverageDir, { recursive: true, force: true })
   if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
 }
 // On Ctrl-C Stryker kills its test runs, removes its sandbox and calls process.exit: stop the cluster then too.

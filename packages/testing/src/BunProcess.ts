@@ -1,6 +1,6 @@
 import { Data, Duration, Effect, Schedule } from "effect"
 import { type ChildProcess, spawn } from "node:child_process"
-import { existsSync } from "node:fs"
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { connect } from "node:net"
 import { basename, join } from "node:path"
 
@@ -37,13 +37,58 @@ export interface BackendProcess {
 const ansi = /\u001b\[[0-9;]*m/g
 const signalNumbers: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }
 
+/** Stryker's state in an instrumented process: the active mutant, the running test, the coverage so far. */
+interface StrykerState {
+  activeMutant?: string | number
+  currentTestId?: string
+  mutantCoverage?: { static: Record<string, number>; perTest: Record<string, Record<string, number>> }
+}
+const strykerState = (): StrykerState | undefined => (globalThis as { __stryker__?: StrykerState }).__stryker__
+
+let spawned = 0
+
 /**
- * Mutation testing (`bun run mutate`) switches the active mutant with this variable; a spawned process must run
- * the same mutant as the test that spawned it. Unset outside a mutation run, so nothing else changes.
+ * Mutation testing (`bun run mutate`): a spawned process must run the same mutant as the test that spawned it,
+ * and, in the initial run of Stryker's vitest runner, the code it runs must count as covered by that test.
+ * Outside a mutation run there is no `__stryker__` state and no `MUTATE_CHILD_COVERAGE_DIR`: nothing changes.
+ *
+ * - The mutant: Stryker's command runner sets `__STRYKER_ACTIVE_MUTANT__` in the environment, its vitest runner
+ *   sets `__stryker__.activeMutant` in the test process; either way the child gets the variable, which the
+ *   instrumented code reads when it loads.
+ * - The coverage (initial run of the vitest runner, when `bun run mutate` sets `MUTATE_CHILD_COVERAGE_DIR`): the
+ *   child is started with MutationChild.ts preloaded, which writes its coverage to a file; when the process is
+ *   released, that coverage is added to the test that spawned it (or to the static coverage when a layer
+ *   spawned it outside any test).
  */
-const mutantSwitch = (): Record<string, string> => {
-  const active = process.env.__STRYKER_ACTIVE_MUTANT__
-  return active === undefined ? {} : { __STRYKER_ACTIVE_MUTANT__: active }
+const mutationRun = (): { readonly env: Record<string, string>; readonly collect: () => void } => {
+  const state = strykerState()
+  const active = process.env.__STRYKER_ACTIVE_MUTANT__ ?? state?.activeMutant
+  if (active !== undefined) return { env: { __STRYKER_ACTIVE_MUTANT__: String(active) }, collect: () => {} }
+  const dir = process.env.MUTATE_CHILD_COVERAGE_DIR
+  if (state === undefined || dir === undefined || dir === "") return { env: {}, collect: () => {} }
+  const token = `${process.pid}-${++spawned}`
+  const testId = state.currentTestId
+  const preload = new URL("./MutationChild.ts", import.meta.url).pathname
+  return {
+    env: { BUN_OPTIONS: `--preload ${preload}`, MUTATE_CHILD_COVERAGE: join(dir, token) },
+    collect: () => {
+      const coverage = state.mutantCoverage ??= { static: {}, perTest: {} }
+      const into = testId === undefined ? coverage.static : (coverage.perTest[testId] ??= {})
+      for (const name of existsSync(dir) ? readdirSync(dir) : []) {
+        if (!name.startsWith(`${token}.`)) continue
+        const path = join(dir, name)
+        try {
+          const child = JSON.parse(readFileSync(path, "utf8")) as NonNullable<StrykerState["mutantCoverage"]>
+          for (const hits of [child.static ?? {}, ...Object.values(child.perTest ?? {})]) {
+            for (const [id, count] of Object.entries(hits)) into[id] = (into[id] ?? 0) + count
+          }
+        } catch {
+          // Half-written by a process killed while writing: its previous write is lost with it.
+        }
+        rmSync(path, { force: true })
+      }
+    }
+  }
 }
 
 export const spawnBun = (entry: string, env: Readonly<Record<string, string>>) =>
@@ -55,9 +100,10 @@ export const spawnBunScript = (script: string, env: Readonly<Record<string, stri
 const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, string>>) =>
   Effect.acquireRelease(
     Effect.sync(() => {
+      const mutation = mutationRun()
       const child: ChildProcess = spawn(bunExecutable(), args, {
         cwd: repoRoot,
-        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...mutantSwitch(), ...env },
+        env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...mutation.env, ...env },
         stdio: ["ignore", "pipe", "pipe"]
       })
       let text = ""
@@ -102,9 +148,13 @@ const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, 
         hasExited: Effect.sync(() => code !== undefined),
         signal: (signal) => Effect.sync(() => void child.kill(signal))
       }
-      return { child, process: process_, exited: () => code !== undefined }
+      return { child, process: process_, exited: () => code !== undefined, mutation }
     }),
-    ({ child, exited }) => Effect.sync(() => (exited() ? undefined : void child.kill("SIGKILL")))
+    ({ child, exited, mutation }) =>
+      Effect.sync(() => {
+        if (!exited()) child.kill("SIGKILL")
+        mutation.collect()
+      })
   ).pipe(Effect.map(({ process }) => process))
 
 
