@@ -103,9 +103,10 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
         Effect.timeout(settings.cycleTimeout)
       )
 
-    // Which tenants each claim loop last found due, while its claims come back full: the next tick
-    // checks their rate and claims again without peeking first. Re-peeked at least every PEEK_EVERY,
-    // so other tenants and earlier rows are seen; a short claim or a spent rate ends the plan at once.
+    // Which tenants each claim loop last found due, after a full batch (the loop goes again at once):
+    // the next tick checks their rate and claims again without peeking first. Re-peeked at least every
+    // PEEK_EVERY, so other tenants and earlier rows are seen; a short claim or a spent rate ends the
+    // plan at once. A batch below the batch size keeps no plan: the next tick peeks and sees every row.
     const plans = new Map<string, { readonly grants: ReadonlyArray<Grant>; readonly until: number }>()
 
     const peek = (now: number) =>
@@ -150,7 +151,7 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
             full &&= claimed.length === grant.tokens
             rows.push(...claimed)
           }
-          if (full) plans.set(owner, { grants, until: now + PEEK_EVERY_MS })
+          if (full && rows.length >= settings.batchSize) plans.set(owner, { grants, until: now + PEEK_EVERY_MS })
           const recorder = yield* makeRecorder(repo, settings)
           const sendable: Array<ClaimedRow> = []
           for (const row of rows) {

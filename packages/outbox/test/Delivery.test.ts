@@ -114,6 +114,17 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       })).toBe(true)
     }))
 
+  it.effect("Claim: a tick after a short batch looks at every due row: two rows enqueued right after a one-row batch are both claimed by the next tick (a repeated claim without a peek only follows a full batch)", () =>
+    Effect.gen(function*() {
+      const { outbox } = yield* setup("acme")
+      const delivery = yield* deliveryWith(noop)
+      yield* outbox.enqueue(request("acme", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 1, delivered: 1 })
+      yield* outbox.enqueue(request("acme", "web"))
+      yield* outbox.enqueue(request("acme", "web"))
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 2 })
+    }))
+
   it.effect("Claim: at most 100 due rows per claim, FOR UPDATE SKIP LOCKED, the attempt incremented in the claim itself; OUTBOX_BATCH_SIZE above 100 is refused", () =>
     Effect.gen(function*() {
       const { outbox } = yield* setup("acme")
