@@ -79,6 +79,15 @@ const RFC850_DATE =
   /^(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday), (\d{2})-([a-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) gmt$/
 const ASCTIME_DATE = /^(?:mon|tue|wed|thu|fri|sat|sun) ([a-z]{3}) ( \d|\d{2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})$/
 
+/** The instant the fields name; a day or an hour out of range rolls over (31 Feb into March, 24:00 into the next day). */
+const instant = (year: number, month: number, day: number, hour: number, minute: number, second: number): number => {
+  const date = new Date(0)
+  // Unlike Date.UTC, setUTCFullYear keeps the years 0 to 99 as they are (Date.UTC reads 0015 as 1915).
+  date.setUTCFullYear(year, month, day)
+  // 23:59:60 is a leap second, read as 23:59:59.
+  return date.setUTCHours(hour, minute, Math.min(second, 59))
+}
+
 const utc = (
   year: number,
   monthName: string,
@@ -88,28 +97,37 @@ const utc = (
   second: number
 ): Option.Option<number> => {
   const month = MONTHS.indexOf(monthName)
-  if (month < 0 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) return Option.none()
-  const millis = Date.UTC(year, month, day, hour, minute, Math.min(second, 59))
-  // Date.UTC rolls 31 Feb into March; a date that does not exist is garbage.
+  if (month < 0 || minute > 59 || second > 60) return Option.none()
+  const millis = instant(year, month, day, hour, minute, second)
+  // A day or an hour out of range (00 or 32 Oct, 31 Feb, 24:00) rolled into another day: such a date is garbage.
   return new Date(millis).getUTCDate() === day ? Option.some(millis) : Option.none()
 }
 
 /** Parses an HTTP-date (RFC 9110) into epoch milliseconds; anything else is none. */
 export const parseHttpDate = (value: string, nowMillis: number): Option.Option<number> => {
   const text = value.trim().toLowerCase()
-  let m = IMF_FIXDATE.exec(text)
-  if (m) return utc(Number(m[3]), m[2]!, Number(m[1]), Number(m[4]), Number(m[5]), Number(m[6]))
-  m = RFC850_DATE.exec(text)
-  if (m) {
-    // RFC 9110: a two-digit year more than 50 years in the future means the past century.
-    const yy = Number(m[3])
+  const imf = IMF_FIXDATE.exec(text)
+  if (imf) return utc(Number(imf[3]), imf[2]!, Number(imf[1]), Number(imf[4]), Number(imf[5]), Number(imf[6]))
+  const rfc850 = RFC850_DATE.exec(text)
+  if (rfc850) {
+    const day = Number(rfc850[1])
+    const hour = Number(rfc850[4])
+    const minute = Number(rfc850[5])
+    const second = Number(rfc850[6])
+    // RFC 9110: a two-digit year that appears to be more than 50 years in the future is the most recent year
+    // in the past with the same last two digits. So it is the first such year from this one on, or the one a
+    // century earlier when that date lies more than 50 years after now.
     const nowYear = new Date(nowMillis).getUTCFullYear()
-    let year = Math.floor(nowYear / 100) * 100 + yy
-    if (year > nowYear + 50) year -= 100
-    return utc(year, m[2]!, Number(m[1]), Number(m[4]), Number(m[5]), Number(m[6]))
+    const ahead = nowYear + ((Number(rfc850[3]) - (nowYear % 100) + 100) % 100)
+    const fiftyYearsOn = new Date(nowMillis).setUTCFullYear(nowYear + 50)
+    const tooFar = instant(ahead, MONTHS.indexOf(rfc850[2]!), day, hour, minute, second) > fiftyYearsOn
+    return utc(tooFar ? ahead - 100 : ahead, rfc850[2]!, day, hour, minute, second)
   }
-  m = ASCTIME_DATE.exec(text)
-  if (m) return utc(Number(m[6]), m[1]!, Number(m[2]!.trim()), Number(m[3]), Number(m[4]), Number(m[5]))
+  const asctime = ASCTIME_DATE.exec(text)
+  // Number() skips the space before a one-digit day.
+  if (asctime) {
+    return utc(Number(asctime[6]), asctime[1]!, Number(asctime[2]), Number(asctime[3]), Number(asctime[4]), Number(asctime[5]))
+  }
   return Option.none()
 }
 

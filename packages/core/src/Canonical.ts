@@ -44,9 +44,9 @@ const scalarRefusal = (value: unknown): CanonicalErrorCode | undefined => {
       return "canonical-symbol"
     case "bigint":
       return "canonical-bigint"
-    default:
-      return undefined
   }
+  // Booleans and null.
+  return undefined
 }
 
 /**

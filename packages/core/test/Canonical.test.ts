@@ -63,7 +63,7 @@ describe("Canonical (RFC 8785)", () => {
     )
   })
 
-  it("refuses values that are not JSON, with a typed error and the path", () => {
+  it("refuses values that are not JSON, member names included, with a typed error and the JSON-pointer path (RFC 6901)", () => {
     const refused = (value: unknown) => Either.getLeft(Canonical.canonicalString(value))
     const cyclic: Record<string, unknown> = { a: 1 }
     cyclic["self"] = cyclic
@@ -80,7 +80,14 @@ describe("Canonical (RFC 8785)", () => {
       [{ "a/b": { d: new Date(0) } }, "canonical-non-plain-object", "/a~1b/d"],
       [new Map(), "canonical-non-plain-object", ""],
       [{ s: "\ud800" }, "canonical-lone-surrogate", "/s"],
-      [cyclic, "canonical-cycle", "/self"]
+      [cyclic, "canonical-cycle", "/self"],
+      // A member name that is not JSON is refused at the object that holds it.
+      [{ [Symbol("k")]: 1 }, "canonical-symbol", ""],
+      [{ a: [{ ok: 1, [Symbol("k")]: 1 }] }, "canonical-symbol", "/a/0"],
+      [{ ok: { "\udc00": 1 } }, "canonical-lone-surrogate", "/ok"],
+      [{ "a\ud800b": 1 }, "canonical-lone-surrogate", ""],
+      // RFC 6901 escapes: "~" as "~0" and "/" as "~1".
+      [{ "a~b": { "c/d": { "~/": undefined } } }, "canonical-undefined", "/a~0b/c~1d/~0~1"]
     ]
     for (const [value, code, path] of cases) {
       const error = refused(value)

@@ -139,3 +139,15 @@ describe("Lease fencing (DESIGN: claim = lease; later transitions WHERE id = $1 
       expect((yield* leaseDeadline("30 seconds")).getTime()).toBe(1_030_000)
     }))
 })
+
+describe("Lease helpers", () => {
+  it.effect("DESIGN 'reports LeaseLost when it touches no row': fenced fails with the target's resource, id and attempt; a transition that moved its row returns that row", () =>
+    Effect.gen(function*() {
+      const target = { resource: "work", id: "w01", attempt: 3 }
+      const error = yield* Effect.flip(fenced(Effect.succeed([]), target))
+      expect(error).toBeInstanceOf(LeaseLost)
+      expect({ tag: error._tag, code: error.code, resource: error.resource, id: error.id, attempt: error.attempt })
+        .toEqual({ tag: "LeaseLost", code: "lease-lost", ...target })
+      expect(yield* fenced(Effect.succeed([{ id: "w01" }, { id: "other" }]), target)).toEqual({ id: "w01" })
+    }))
+})
