@@ -16,10 +16,12 @@ export default defineConfig({
     ...base.test,
     // A file stands for itself, a folder for the test files under it.
     ...(tests.length === 0 ? {} : { include: tests.map((path) => path.endsWith(".ts") ? path : `${path.replace(/\/$/, "")}/**/*.test.ts`) }),
-    // A fresh process for each test file in each run: a static mutant (one in code that runs while modules
-    // load) is only active if its module loads again with it.
+    // The initial run gives each test file a process of its own (coverage per file). Mutant runs share one
+    // process among the run's files when the control run allowed it (`MUTATE_ISOLATE=0`, set by
+    // scripts/mutate-vitest-runner.ts); vitest starts a fresh process for every run either way, so a static
+    // mutant (in code that runs while modules load) loads afresh, active.
     pool: "forks",
-    isolate: true,
+    isolate: process.env.MUTATE_ISOLATE !== "0",
     // vitest's runner, which also records what a suite's hooks reach (see the file).
     runner: new URL("./mutate-vitest-suites.ts", import.meta.url).pathname
   }

@@ -204,9 +204,18 @@ const command = mode === "count" ? "true" : `bunx --bun vitest run ${tests.join(
 // The vitest runner reads the package's test files from this variable (scripts/mutate-vitest.config.ts) rather than from
 // Stryker's `testFiles`: with `testFiles`, Stryker 10.1 activates static mutants only after the modules have loaded.
 process.env.MUTATE_TESTS = tests.join(",")
-// Tests that spawn `bun` processes add the processes' coverage to their own through this folder (BunProcess.ts).
-const childCoverageDir = runner === "vitest" && mode !== "count" ? mkdtempSync(join(tmpdir(), "mutate-child-coverage-")) : undefined
-if (childCoverageDir !== undefined) process.env.MUTATE_CHILD_COVERAGE_DIR = childCoverageDir
+// A folder of this run's own outside the sandbox: tests that spawn `bun` processes add the processes' coverage to
+// their own through it (BunProcess.ts), and the test runner leaves notes for the summary there.
+const runDir = mkdtempSync(join(tmpdir(), "mutate-run-"))
+const notesFile = join(runDir, "notes.txt")
+process.env.MUTATE_NOTES = notesFile
+if (runner === "vitest" && mode !== "count") {
+  process.env.MUTATE_CHILD_COVERAGE_DIR = join(runDir, "child-coverage")
+  mkdirSync(process.env.MUTATE_CHILD_COVERAGE_DIR)
+}
+const printNotes = () => {
+  if (existsSync(notesFile)) console.log(readFileSync(notesFile, "utf8").trimEnd())
+}
 const runnerOptions: PartialStrykerOptions =
   runner === "vitest" && mode !== "count"
     ? {
@@ -252,7 +261,7 @@ const cleanUp = () => {
   Effect.runSync(Scope.close(scope, Exit.void))
   // Stryker removes its sandbox when it finishes, not when interrupted: remove this run's folder either way.
   if (!flags.keep) rmSync(tempDir, { recursive: true, force: true })
-  if (childCoverageDir !== undefined) rmSync(childCoverageDir, { recursive: true, force: true })
+  rmSync(runDir, { recursive: true, force: true })
   if (existsSync(".stryker-tmp") && readdirSync(".stryker-tmp").length === 0) rmdirSync(".stryker-tmp")
 }
 // On Ctrl-C Stryker kills its test runs, removes its sandbox and calls process.exit: stop the cluster then too.
@@ -273,11 +282,15 @@ try {
     console.log(`mutate: one PostgreSQL cluster for every test run at 127.0.0.1:${cluster.port}`)
   }
   mkdirSync(reportDir, { recursive: true })
-  console.log(`mutate ${name}: ${mutate.join(", ")}\n  tests: ${command}\n  concurrency: ${concurrency}`)
+  const testsLine = runnerOptions.testRunner === "vitest"
+    ? `vitest runner, coverage per test: ${tests.join(" ")} (scripts/mutate-vitest.config.ts)`
+    : command
+  console.log(`mutate ${name}: ${mutate.join(", ")}\n  tests: ${testsLine}\n  concurrency: ${concurrency}`)
   strykerRunning = true
   const results = await new Stryker(options).runMutationTest()
   const seconds = (Date.now() - started) / 1000
   const tested = results.filter((r) => r.status !== "Ignored").length
+  printNotes()
   if (mode === "run") {
     printReport(false)
     console.log(
