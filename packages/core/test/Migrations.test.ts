@@ -99,4 +99,36 @@ describe("migrations (applied at start-up by the Migrator through the .sql loade
       expect((error as Migrator.MigrationError).message).toContain("1_bad.sql")
       expect(yield* sql`SELECT to_regclass(${migrationsTable}) AS t`).toEqual([{ t: null }])
     }).pipe(Effect.provide(PgClusterFromVitest)))
+
+  it.effect("a file name must be exactly NNNN_name.sql: anything before the id or after .sql stops start-up with bad-state naming the file; dot files are not migrations", () =>
+    Effect.gen(function* () {
+      const list = (files: Record<string, string>) => listMigrationFiles(folder(files)).pipe(Effect.provide(BunContext.layer))
+      for (const name of ["x0001_demo.sql", "0001_demo.sql.bak", "0001_demo.sqlx", "10001_demo.sql"]) {
+        const error = yield* Effect.flip(list({ "0001_first.sql": "SELECT 1;", [name]: "SELECT 1;" }))
+        expect([name, error.reason, error.message]).toEqual([name, "bad-state", `migration file name must be NNNN_name.sql: ${name}`])
+      }
+      const listed = yield* list({ ".keep": "", "0002_b.sql": "SELECT 1;", "0001_a.sql": "SELECT 1;" })
+      expect(listed.map(({ id, name }) => [id, name])).toEqual([[1, "a"], [2, "b"]])
+    }))
+
+  it.effect("a migrations folder that cannot be read stops start-up with import-error naming the folder", () =>
+    Effect.gen(function* () {
+      const missing = join(tmpdir(), "no-such-migrations-folder")
+      const error = yield* Effect.flip(listMigrationFiles(missing).pipe(Effect.provide(BunContext.layer)))
+      expect(error).toBeInstanceOf(Migrator.MigrationError)
+      expect([error.reason, error.message]).toEqual(["import-error", `cannot read ${missing}`])
+    }))
+
+  it.scoped("every file missing from the record is named in one bad-state message, comma-separated", () =>
+    Effect.gen(function* () {
+      const { sql } = yield* freshDatabaseClient()
+      const dir = folder({ "0001_demo_create.sql": ordered["0001_demo_create.sql"], "0005_demo_seed.sql": "INSERT INTO demo VALUES (1);" })
+      yield* migrateWith(sql, dir)
+      writeFileSync(join(dir, "0002_demo_late.sql"), "SELECT 1;")
+      writeFileSync(join(dir, "0004_demo_later.sql"), "SELECT 1;")
+      const error = yield* Effect.flip(migrateWith(sql, dir))
+      expect(error).toBeInstanceOf(Migrator.MigrationError)
+      const { message, reason } = error as Migrator.MigrationError
+      expect([reason, message]).toEqual(["bad-state", "migrations not applied: 2_demo_late, 4_demo_later"])
+    }).pipe(Effect.provide(PgClusterFromVitest)))
 })
