@@ -1,7 +1,7 @@
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { LoopbackProvider, LoopbackReply, type LoopbackRespondOptions, makeLoopbackProvider } from "@delivery/testing"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Effect, Either, Exit, Fiber, Layer, Ref, Schema } from "effect"
+import { Cause, ConfigProvider, Effect, Either, Exit, Fiber, Layer, Option, Ref, Schema } from "effect"
 import { ProviderHttp } from "../src/index.ts"
 
 const endpointOf = (url: string) => Either.getOrThrow(ProviderHttp.ProviderEndpoint.parse(url))
@@ -88,6 +88,119 @@ describe("ProviderOutcome", () => {
         outcome
       )
     }
+  })
+
+  it("the stored form names each class by its tag, with exactly its own fields", () => {
+    // Rows and workers switch on `_tag` and read `code`: both must survive encoding literally.
+    const encode = Schema.encodeSync(ProviderHttp.ProviderOutcome)
+    expect(encode(new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 }))).toEqual({
+      _tag: "Delivered",
+      code: "provider-2xx",
+      status: 200
+    })
+    expect(encode(new ProviderHttp.Rejected({ code: "provider-4xx", status: 422, retryAfter: "5" }))).toEqual({
+      _tag: "Rejected",
+      code: "provider-4xx",
+      status: 422,
+      retryAfter: "5"
+    })
+    expect(encode(new ProviderHttp.Ambiguous({ code: "provider-timeout" }))).toEqual({
+      _tag: "Ambiguous",
+      code: "provider-timeout"
+    })
+    expect(encode(new ProviderHttp.Ambiguous({ code: "provider-interrupted", status: 200, retryAfter: "1" }))).toEqual(
+      { _tag: "Ambiguous", code: "provider-interrupted", status: 200, retryAfter: "1" }
+    )
+    expect(encode(new ProviderHttp.Temporary({ code: "provider-transport-error" }))).toEqual({
+      _tag: "Temporary",
+      code: "provider-transport-error"
+    })
+    expect(new ProviderHttp.Ambiguous({ code: "provider-timeout" }).code).toBe("provider-timeout")
+  })
+
+  it("optional status and retryAfter are absent or set, never present as undefined (exact optional fields)", () => {
+    const decode = Schema.decodeUnknownEither(ProviderHttp.ProviderOutcome)
+    expect(Either.isRight(decode({ _tag: "Ambiguous", code: "provider-timeout" }))).toBe(true)
+    expect(Either.isLeft(decode({ _tag: "Ambiguous", code: "provider-timeout", status: undefined }))).toBe(true)
+    expect(Either.isLeft(decode({ _tag: "Temporary", code: "provider-5xx", status: 503, retryAfter: undefined })))
+      .toBe(true)
+    expect(Either.isLeft(decode({ _tag: "Temporary", code: "provider-timeout" }))).toBe(true)
+  })
+
+  it("status classes: 2xx delivered, 3xx redirect and 4xx rejected (permanent), 5xx temporary, anything else unexpected (temporary)", () => {
+    const table: Array<[number, string, ProviderHttp.ProviderOutcome["code"]]> = [
+      [0, "Temporary", "provider-unexpected-status"],
+      [100, "Temporary", "provider-unexpected-status"],
+      [199, "Temporary", "provider-unexpected-status"],
+      [200, "Delivered", "provider-2xx"],
+      [299, "Delivered", "provider-2xx"],
+      [300, "Rejected", "provider-redirect"],
+      [399, "Rejected", "provider-redirect"],
+      [400, "Rejected", "provider-4xx"],
+      [499, "Rejected", "provider-4xx"],
+      [500, "Temporary", "provider-5xx"],
+      [599, "Temporary", "provider-5xx"],
+      [600, "Temporary", "provider-unexpected-status"],
+      [999, "Temporary", "provider-unexpected-status"]
+    ]
+    for (const [status, tag, code] of table) {
+      const outcome = ProviderHttp.classifyStatus(status)
+      expect([status, outcome._tag, outcome.code, outcome.status]).toEqual([status, tag, code, status])
+    }
+    expect(ProviderHttp.classifyStatus(600, { retryAfter: "7" })).toEqual(
+      new ProviderHttp.Temporary({ code: "provider-unexpected-status", status: 600, retryAfter: "7" })
+    )
+  })
+
+  it("every known transport error code is temporary with its kind: refused, never connected (DNS, routing, TLS), dropped", () => {
+    const table: Array<[string, ProviderHttp.ProviderOutcome["code"]]> = [
+      ["ECONNREFUSED", "provider-connection-refused"],
+      ["ConnectionRefused", "provider-connection-refused"],
+      ["ENOTFOUND", "provider-connection-failed"],
+      ["EAI_AGAIN", "provider-connection-failed"],
+      ["ENETUNREACH", "provider-connection-failed"],
+      ["EHOSTUNREACH", "provider-connection-failed"],
+      ["ENETDOWN", "provider-connection-failed"],
+      ["EADDRNOTAVAIL", "provider-connection-failed"],
+      ["FailedToOpenSocket", "provider-connection-failed"],
+      ["UNABLE_TO_VERIFY_LEAF_SIGNATURE", "provider-connection-failed"],
+      ["DEPTH_ZERO_SELF_SIGNED_CERT", "provider-connection-failed"],
+      ["SELF_SIGNED_CERT_IN_CHAIN", "provider-connection-failed"],
+      ["CERT_HAS_EXPIRED", "provider-connection-failed"],
+      ["ERR_TLS_CERT_ALTNAME_INVALID", "provider-connection-failed"],
+      ["ECONNRESET", "provider-connection-dropped"],
+      ["ConnectionClosed", "provider-connection-dropped"],
+      ["EPIPE", "provider-connection-dropped"],
+      ["UND_ERR_SOCKET", "provider-connection-dropped"],
+      ["ECONNABORTED", "provider-connection-dropped"],
+      ["", "provider-transport-error"],
+      ["EWHATEVER", "provider-transport-error"]
+    ]
+    for (const [code, expected] of table) {
+      // Bun puts the code on the error itself, undici one level down under `cause`.
+      for (const cause of [{ code }, { message: "fetch failed", cause: { code } }]) {
+        const outcome = ProviderHttp.classifyTransportError(cause)
+        expect([code, outcome._tag, outcome.code]).toEqual([code, "Temporary", expected])
+      }
+    }
+  })
+
+  it("the cause chain is read at most five levels deep, and a null or cyclic cause ends it", () => {
+    const nested = (levels: number, code: string): unknown => {
+      let cause: unknown = { code }
+      for (let i = 0; i < levels; i++) cause = { message: `level ${i}`, cause }
+      return cause
+    }
+    const codeOf = (cause: unknown) => ProviderHttp.classifyTransportError(cause).code
+    expect(codeOf(nested(4, "ECONNRESET"))).toBe("provider-connection-dropped")
+    expect(codeOf(nested(5, "ECONNRESET"))).toBe("provider-transport-error")
+    expect(codeOf({ message: "fetch failed", cause: null })).toBe("provider-transport-error")
+    expect(codeOf({ code: 111, cause: { code: "EPIPE" } })).toBe("provider-connection-dropped")
+    const cyclic: { message: string; cause?: unknown } = { message: "loop" }
+    cyclic.cause = cyclic
+    expect(codeOf(cyclic)).toBe("provider-transport-error")
+    expect(codeOf(null)).toBe("provider-transport-error")
+    expect(codeOf("ECONNRESET")).toBe("provider-transport-error")
   })
 
   it("classifies transport errors by cause code (Bun and undici shapes)", () => {
@@ -308,6 +421,89 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send over real loo
         const exit = yield* Effect.exit(sendTo("/send", key))
         expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
       }
+    }))
+
+  const defectMessage = (exit: Exit.Exit<unknown, unknown>) =>
+    Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.dieOption(exit.cause), (d) => (d as Error).message)) : undefined
+
+  it.effect("a malformed Content-Type, header name or header value is a caller bug (defect) that names what is wrong, and nothing is sent", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      const cases: Array<[Partial<ProviderHttp.ProviderRequest>, string]> = [
+        [{ idempotencyKey: "" }, "invalid Idempotency-Key"],
+        [{ idempotencyKey: "k".repeat(256) }, "invalid Idempotency-Key"],
+        [{ idempotencyKey: "caf\u00e9" }, "invalid Idempotency-Key"],
+        [{ contentType: "text/plain\r\nX-Injected: 1" }, "invalid Content-Type"],
+        [{ contentType: "text/plain\u00ff" }, "invalid Content-Type"],
+        [{ headers: { "X Trace": "t1" } }, "invalid header"],
+        [{ headers: { "X-Trace:": "t1" } }, "invalid header"],
+        [{ headers: { "(X-Trace)": "t1" } }, "invalid header"],
+        [{ headers: { "X-Ok": "fine", "X-Trace": "t1\r\nX-Injected: 1" } }, "invalid header"],
+        [{ headers: { "X-Trace": "\u0000t1" } }, "invalid header"],
+        [{ headers: { "X-Trace": "t1\u007f" } }, "invalid header"]
+      ]
+      for (const [extra, reason] of cases) {
+        const exit = yield* Effect.exit(sendTo("/send", "valid-key", extra))
+        expect([reason, defectMessage(exit)]).toEqual([reason, `ProviderHttp.send: ${reason}`])
+      }
+      expect(yield* provider.requests).toEqual([])
+    }))
+
+  it.effect("a key of 1 to 255 visible characters, and tabs and spaces in header values, are valid", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      expect(yield* sendTo("/send", "k")).toEqual(new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 }))
+      yield* provider.reset
+      const key = "k".repeat(254) + "~"
+      const outcome = yield* sendTo("/send", key, {
+        contentType: "text/plain; charset=utf-8",
+        headers: { "X-Signature": "t=1,\tv1=abc def", "x-a!#$%&'*+-.^_`|~09": "" }
+      })
+      expect(outcome).toEqual(new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 }))
+      const [request] = yield* provider.requests
+      expect(request!.idempotencyKey).toBe(key)
+      expect(request!.headers["content-type"]).toBe("text/plain; charset=utf-8")
+    }))
+
+  it.effect("a text body is sent as its UTF-8 bytes, with a matching Content-Length", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      const body = `{"subject":"R\u00e9initialiser \u2713","to":"\u65e5\u672c@example.com","emoji":"\u{1F510}"}`
+      const bytes = new TextEncoder().encode(body)
+      // fetch recomputes the length itself, but a client that trusts the request's declared length (as
+      // node:http clients do) needs the adapter to hand over bytes and their count, not characters.
+      const handed: Array<HttpClientRequest.HttpClientRequest> = []
+      const client = HttpClient.mapRequest(yield* HttpClient.HttpClient, (request) => {
+        handed.push(request)
+        return request
+      })
+      const outcome = yield* ProviderHttp.sendWith(client, {
+        endpoint: endpointOf(provider.urlFor("/send")),
+        idempotencyKey: "utf8-body",
+        body,
+        contentType: "application/json; charset=utf-8",
+        timeout: "2 seconds"
+      })
+      expect(outcome._tag).toBe("Delivered")
+      expect(handed.map((request) => [request.body._tag, request.headers["content-length"]])).toEqual([
+        ["Uint8Array", String(bytes.length)]
+      ])
+      expect(handed[0]!.body._tag === "Uint8Array" && handed[0]!.body.body).toEqual(bytes)
+      const [request] = yield* provider.requests
+      expect(request!.body).toEqual(bytes)
+      expect(request!.bodyText).toBe(body)
+      expect(request!.headers["content-length"]).toBe(String(bytes.length))
+    }))
+
+  it.effect("300 Multiple Choices is a redirect (rejected), and a status outside 2xx-5xx is 'temporary' as unexpected", () =>
+    Effect.gen(function*() {
+      expect(yield* scripted(300)).toEqual(new ProviderHttp.Rejected({ code: "provider-redirect", status: 300 }))
+      expect(yield* scripted(299)).toEqual(new ProviderHttp.Delivered({ code: "provider-2xx", status: 299 }))
+      expect(yield* scripted(599)).toEqual(new ProviderHttp.Temporary({ code: "provider-5xx", status: 599 }))
+      expect(yield* scripted(600)).toEqual(new ProviderHttp.Temporary({ code: "provider-unexpected-status", status: 600 }))
     }))
 
   it.effect("the ProviderHttp service sends with the client it was built with", () =>
