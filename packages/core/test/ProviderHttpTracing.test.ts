@@ -1,0 +1,72 @@
+import { FetchHttpClient } from "@effect/platform"
+import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
+import { expect, layer } from "@effect/vitest"
+import { Effect, Either, Layer, Tracer } from "effect"
+import { ProviderHttp } from "../src/index.ts"
+
+// Spans are what operators read: the send has a stable name and carries its outcome code, and the
+// values of the caller's headers (signatures, tokens) never reach a span.
+
+const recordingTracer = Effect.map(Effect.tracer, (native) => {
+  const spans: Array<Tracer.Span> = []
+  const tracer = Tracer.make({
+    span: (...args) => {
+      const span = native.span(...args)
+      spans.push(span)
+      return span
+    },
+    context: (f, fiber) => native.context(f, fiber)
+  })
+  return { tracer, spans }
+})
+
+const TestLayer = Layer.mergeAll(LoopbackProvider.Default, FetchHttpClient.layer)
+
+layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send spans", (it) => {
+  const send = (status: number, headers: Record<string, string>) =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* provider.script({ times: 1, reply: LoopbackReply.status(status) })
+      const { spans, tracer } = yield* recordingTracer
+      const outcome = yield* ProviderHttp.send({
+        endpoint: Either.getOrThrow(ProviderHttp.ProviderEndpoint.parse(provider.urlFor("/send"))),
+        idempotencyKey: "traced-1",
+        body: "{}",
+        contentType: "application/json",
+        headers,
+        timeout: "2 seconds"
+      }).pipe(Effect.withTracer(tracer))
+      const [request] = yield* provider.requests
+      return { outcome, spans, request: request! }
+    })
+
+  it.effect("the send is one 'ProviderHttp.send' span annotated with its outcome code", () =>
+    Effect.gen(function*() {
+      for (const [status, code] of [[202, "provider-2xx"], [503, "provider-5xx"]] as const) {
+        const { spans } = yield* send(status, {})
+        const sends = spans.filter((span) => span.name === "ProviderHttp.send")
+        expect(sends.length).toBe(1)
+        expect(sends[0]!.attributes.get("provider.outcome")).toBe(code)
+        expect(sends[0]!.status._tag).toBe("Ended")
+      }
+    }))
+
+  it.effect("caller headers may carry signatures: spans keep their names, never their values (any letter case)", () =>
+    Effect.gen(function*() {
+      const secrets = { "X-Signature": "sig-SECRET-1", "x-webhook-token": "tok-SECRET-2", Authorization: "Bearer SECRET-3" }
+      const { request, spans } = yield* send(200, secrets)
+      // The provider gets the values...
+      expect(request.headers["x-signature"]).toBe("sig-SECRET-1")
+      expect(request.headers["x-webhook-token"]).toBe("tok-SECRET-2")
+      // ...and the spans only their names.
+      const attributes = spans.flatMap((span) => [...span.attributes.entries()])
+      const names = attributes.map(([key]) => key)
+      expect(names).toContain("http.request.header.x-signature")
+      expect(names).toContain("http.request.header.x-webhook-token")
+      expect(names).toContain("http.request.header.authorization")
+      expect(attributes.filter(([, value]) => String(value).includes("SECRET"))).toEqual([])
+      // The adapter's own headers are not secrets.
+      expect(attributes).toContainEqual(["http.request.header.idempotency-key", "traced-1"])
+    }))
+})
