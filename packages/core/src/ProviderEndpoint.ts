@@ -1,4 +1,4 @@
-import { Brand, Config, ConfigError, Either, ParseResult, Schema } from "effect"
+import { Brand, Config, ConfigError, Either, Schema } from "effect"
 import { EndpointErrorCode } from "./ErrorCodes.ts"
 
 // Endpoint: validated once at start-up, so a bad URL never reaches a worker.
@@ -41,20 +41,6 @@ export const parseEndpoint = (input: string): Either.Either<ProviderEndpoint, Pr
   return Either.right(url.href as ProviderEndpoint)
 }
 
-/** `string -> ProviderEndpoint`; a refusal's message is the stable code only. */
-export const ProviderEndpointFromString: Schema.Schema<ProviderEndpoint, string> = Schema.transformOrFail(
-  Schema.String,
-  // Stryker disable next-line StringLiteral: the brand's name is a type-level tag; decoding never reads it
-  Schema.String.pipe(Schema.brand("ProviderEndpoint")),
-  {
-    // Stryker disable next-line BooleanLiteral: a type-level option, the same code runs either way
-    strict: true,
-    decode: (input, _, ast) =>
-      Either.mapLeft(parseEndpoint(input), (e) => new ParseResult.Type(ast, "<endpoint>", e.code)),
-    encode: ParseResult.succeed
-  }
-)
-
 /**
  * Reads an endpoint with `Config`; a refusal fails config loading naming the variable and the code. `nested` comes
  * after the check, so the refusal's path is the variable (the backend's start-up message lists problems by path).
@@ -70,9 +56,8 @@ export const endpointConfig = (name: string): Config.Config<ProviderEndpoint> =>
     Config.nested(name)
   )
 
-/** `ProviderEndpoint.parse(s)`, `.FromString`, `.config("PROVIDER_URL")`. */
+/** `ProviderEndpoint.parse(s)`, `.config("PROVIDER_URL")`. */
 export const ProviderEndpoint = {
   parse: parseEndpoint,
-  FromString: ProviderEndpointFromString,
   config: endpointConfig
 } as const

@@ -48,9 +48,6 @@ describe("ProviderEndpoint", () => {
       expect(error.value.message).toBe("endpoint-has-credentials")
       expect(JSON.stringify(error.value)).not.toContain("hunter2")
     }
-    const decoded = Schema.decodeEither(ProviderHttp.ProviderEndpointFromString)("https://user:hunter2@example.com/")
-    expect(Either.isLeft(decoded) && String(decoded.left)).toContain("endpoint-has-credentials")
-    expect(Either.isLeft(decoded) && String(decoded.left)).not.toContain("hunter2")
   })
 
   it.effect("Config fails loading with the variable named and the code", () =>
