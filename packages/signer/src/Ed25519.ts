@@ -21,9 +21,10 @@ export const decodeBase64Url = (text: string, bytes: number): Either.Either<Uint
   if (text.includes("=")) return Either.left("signature-padding")
   if (!ALPHABET.test(text)) return Either.left("signature-alphabet")
   if (text.length !== base64UrlLength(bytes)) return Either.left("signature-length")
-  // The last character carries `unused` zero bits; any other value is a second spelling of the same bytes.
+  // The last character carries `unused` zero bits (0, 2 or 4); any other value is a second spelling of
+  // the same bytes. With no unused bit the test is `% 1`, which every character passes.
   const unused = text.length * 6 - bytes * 8
-  if (unused > 0 && CHAR_VALUE.indexOf(text[text.length - 1]!) % (1 << unused) !== 0) {
+  if (CHAR_VALUE.indexOf(text[text.length - 1]!) % (1 << unused) !== 0) {
     return Either.left("signature-non-canonical")
   }
   return Either.right(new Uint8Array(Buffer.from(text, "base64url")))
@@ -53,11 +54,13 @@ export const seedFromPkcs8 = (der: Uint8Array): Uint8Array | undefined =>
 export const publicKeyFromRaw = (raw: Uint8Array): KeyObject =>
   createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: encodeBase64Url(raw) }, format: "jwk" })
 
-/** Raw 32-byte public key of an Ed25519 key object (private or public). */
+/**
+ * Raw 32-byte public key of an Ed25519 key object (private or public): the last 32 bytes of its
+ * SubjectPublicKeyInfo DER (RFC 8410), which only a public key object exports.
+ */
 export const rawPublicKey = (key: KeyObject): Uint8Array => {
   const publicKey = key.type === "private" ? createPublicKey(key) : key
-  const jwk = publicKey.export({ format: "jwk" })
-  return new Uint8Array(Buffer.from(jwk.x ?? "", "base64url"))
+  return new Uint8Array(publicKey.export({ format: "der", type: "spki" }).subarray(-PUBLIC_KEY_BYTES))
 }
 
 export const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a).equals(Buffer.from(b))

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigError, ConfigProvider, Duration, Effect, Either, Schema } from "effect"
+import { ConfigError, ConfigProvider, Duration, Effect, Either, ParseResult, Schema } from "effect"
 import { Ed25519PublicKey, encodeBase64Url, replayWindowConfig, SIGNER_CONFIG, SignerConfig } from "../src/index.ts"
 import { keyPair } from "./fixtures.ts"
 
@@ -83,5 +83,21 @@ describe("Ed25519PublicKey (the operator route's wire form): unpadded base64url 
     text.slice(0, 42) + "B"
   ]])("refused: %s", (_, value) => {
     expect(Either.isLeft(decode(value))).toBe(true)
+  })
+
+  const refusal = (value: unknown) =>
+    Either.match(decode(value), { onLeft: ParseResult.TreeFormatter.formatErrorSync, onRight: () => "accepted" })
+
+  it.each([["padding", text + "="], ["alphabet", text.replace(/^./, "+")], ["length", text.slice(0, 42)], [
+    "non-canonical",
+    text.slice(0, 42) + "B"
+  ]])("each refusal names its defect, without the signature- prefix of the shared decoder: (%s)", (defect, value) => {
+    expect(refusal(value)).toBe(
+      `Ed25519PublicKey\n└─ Transformation process failure\n   └─ public key must be unpadded base64url of 32 bytes (${defect})`
+    )
+  })
+
+  it("a value that is not a string is refused under the schema's name", () => {
+    expect(refusal(42).split("\n")[0]).toBe("Ed25519PublicKey")
   })
 })
