@@ -32,9 +32,10 @@ const decodePrivateKey = (text: string): KeyObject | undefined => {
   return seed === undefined ? undefined : privateKeyFromSeed(seed)
 }
 
+// Tenant and key ids come from JSON member names or compact text, so they are always strings.
 interface RawEntry {
-  readonly tenant: unknown
-  readonly keyId: unknown
+  readonly tenant: string
+  readonly keyId: string
   readonly key: unknown
 }
 
@@ -46,9 +47,9 @@ const fromJson = (text: string, source: Source): Either.Either<Array<RawEntry>, 
     return invalid(source, "not-json")
   }
   const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
-  if (!isObject(parsed)) return invalid(source, "bad-shape")
   const entries: Array<RawEntry> = []
-  for (const [tenant, keys] of Object.entries(parsed)) {
+  // `text` starts with "{" (see parseKeyList), so whatever JSON.parse accepted is an object.
+  for (const [tenant, keys] of Object.entries(parsed as Record<string, unknown>)) {
     if (!isObject(keys)) return invalid(source, "bad-shape")
     for (const [keyId, key] of Object.entries(keys)) entries.push({ tenant, keyId, key })
   }
@@ -61,7 +62,8 @@ const fromCompact = (text: string, source: Source): Either.Either<Array<RawEntry
   for (const [index, item] of items.entries()) {
     const parts = item.split(":")
     if (parts.length !== 3) return invalid(source, "bad-entry", index)
-    entries.push({ tenant: parts[0], keyId: parts[1], key: parts[2] })
+    const [tenant, keyId, key] = parts as [string, string, string]
+    entries.push({ tenant, keyId, key })
   }
   return Either.right(entries)
 }
@@ -81,8 +83,8 @@ export const parseKeyList = (
     const seen = new Set<string>()
     const out: Array<PrivateKeyEntry> = []
     for (const [index, entry] of entries.entries()) {
-      if (typeof entry.tenant !== "string" || !IdPattern.test(entry.tenant)) return invalid(source, "bad-tenant", index)
-      if (typeof entry.keyId !== "string" || !IdPattern.test(entry.keyId)) return invalid(source, "bad-key-id", index)
+      if (!IdPattern.test(entry.tenant)) return invalid(source, "bad-tenant", index)
+      if (!IdPattern.test(entry.keyId)) return invalid(source, "bad-key-id", index)
       const privateKey = typeof entry.key === "string" ? decodePrivateKey(entry.key) : undefined
       if (privateKey === undefined) return invalid(source, "bad-private-key", index)
       const id = `${entry.tenant}:${entry.keyId}`

@@ -86,9 +86,13 @@ export const fromFile = (file: string) =>
     const fail = (reason: KeySourceInvalid["reason"]) => new KeySourceInvalid({ source: "file", reason })
     const unreadable = () => fail("file-unreadable")
     const real = yield* Effect.mapError(fs.realPath(file), unreadable)
-    const root = yield* Effect.orElseSucceed(fs.realPath(repositoryRoot), () => path.resolve(repositoryRoot))
+    // The repository holds this module, so its real path resolves; if it ever did not, refuse.
+    const root = yield* Effect.mapError(fs.realPath(repositoryRoot), unreadable)
+    // Outside means climbing out (`..` as a whole path segment: `..keys.json` is a name inside) or
+    // another root; "" (the repository itself) is inside.
     const relative = path.relative(root, real)
-    if (relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative))) {
+    const outside = relative === ".." || relative.startsWith(`..${path.sep}`) || path.isAbsolute(relative)
+    if (!outside) {
       return yield* fail("file-inside-repository")
     }
     const info = yield* Effect.mapError(fs.stat(real), unreadable)
