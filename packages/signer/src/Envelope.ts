@@ -28,6 +28,8 @@ export type Sequence = typeof Sequence.Type
 const RFC3339_UTC = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d{1,9})?Z$/
 
 // The regex bounds the shape; this rejects dates that do not exist (02-30, 24:00, leap second 60).
+// A field out of range carries into the next larger one (02-30 becomes 03-02, 24:00 the next day), so a
+// time is real exactly when it reads back as written. setUTCFullYear, unlike Date.UTC, keeps years 0000-0099.
 const isRealInstant = (text: string) => {
   const m = RFC3339_UTC.exec(text)
   if (m === null) return false
@@ -35,8 +37,7 @@ const isRealInstant = (text: string) => {
   const date = new Date(0)
   date.setUTCFullYear(y, mo - 1, d)
   date.setUTCHours(h, mi, s)
-  return date.getUTCFullYear() === y && date.getUTCMonth() === mo - 1 && date.getUTCDate() === d &&
-    date.getUTCHours() === h && date.getUTCMinutes() === mi && date.getUTCSeconds() === s
+  return date.toISOString().slice(0, 19) === m[0].slice(0, 19)
 }
 
 /** RFC 3339 in UTC with `Z`, optional 1..9 fraction digits; kept as text because it is signed as text. */

@@ -144,10 +144,6 @@ describe("every identity is bounded in length and character set", () => {
     ["sequence 0", ["sequence"], 0],
     ["sequence above 2^53-1", ["sequence"], 2 ** 53],
     ["sequence as a string", ["sequence"], "42"],
-    ["createdAt with an offset", ["createdAt"], "2025-01-15T09:30:00+01:00"],
-    ["createdAt without Z", ["createdAt"], "2025-01-15T09:30:00"],
-    ["createdAt that does not exist", ["createdAt"], "2025-02-30T09:30:00Z"],
-    ["createdAt with 10 fraction digits", ["createdAt"], "2025-01-15T09:30:00.1234567890Z"],
     ["metadata.kind outside the closed set", ["metadata", "kind"], "task.deleted"],
     ["metadata.subject upper case", ["metadata", "subject"], "Task-42"]
   ]
@@ -162,6 +158,40 @@ describe("every identity is bounded in length and character set", () => {
       "0b9f5e0e-3c1a-4f5e-9a8b-7c6d5e4f3a2b"
     )
     expect(Either.isRight(parse(envelope))).toBe(true)
+  })
+})
+
+describe("createdAt: RFC 3339 in UTC (`YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`), a real date and time, at most 30 characters", () => {
+  it.each<[string, string]>([
+    ["with an offset", "2025-01-15T09:30:00+01:00"],
+    ["without Z", "2025-01-15T09:30:00"],
+    ["with a lower-case z", "2025-01-15T09:30:00z"],
+    ["with 10 fraction digits", "2025-01-15T09:30:00.1234567890Z"],
+    ["with anything before the date", "x2025-01-15T09:30:00Z"],
+    ["with anything after the Z", "2025-01-15T09:30:00Zx"],
+    ["February 30", "2025-02-30T09:30:00Z"],
+    ["February 29 of a common year", "2025-02-29T09:30:00Z"],
+    ["month 13", "2025-13-15T09:30:00Z"],
+    ["month 00", "2025-00-15T09:30:00Z"],
+    ["day 00", "2025-01-00T09:30:00Z"],
+    ["day 32", "2025-01-32T09:30:00Z"],
+    ["24:00", "2025-01-15T24:00:00Z"],
+    ["minute 60", "2025-01-15T09:60:00Z"],
+    ["a leap second (:60)", "2016-12-31T23:59:60Z"]
+  ])("refused at /createdAt: %s", (_, createdAt) => {
+    expect(refusal({ ...signedJson(), createdAt })).toMatchObject({ reason: "envelope-invalid", problem: "invalid-value", at: "/createdAt" })
+  })
+
+  it.each<[string, string]>([
+    ["no fraction", "2025-01-15T09:30:00Z"],
+    ["nine fraction digits (30 characters)", "2024-02-29T23:59:59.123456789Z"],
+    ["February 29 of a leap year", "2000-02-29T00:00:00Z"],
+    ["the last second of a year", "2025-12-31T23:59:59Z"],
+    ["year 0000", "0000-01-01T00:00:00Z"],
+    ["a two-digit year (0099), not read as 1999", "0099-12-31T12:00:00Z"],
+    ["year 9999", "9999-12-31T23:59:59.9Z"]
+  ])("accepted: %s", (_, createdAt) => {
+    expect(Either.getOrThrow(parse(signedJson({ createdAt }))).createdAt).toBe(createdAt)
   })
 })
 
