@@ -9,11 +9,8 @@ import type { Envelope, UnsignedEnvelope } from "./Envelope.ts"
 // (JCS) form of the envelope object without its `signature` member; the signature is Ed25519
 // (pure, RFC 8032) over those bytes, carried as unpadded base64url.
 
-const withoutSignature = (envelope: UnsignedEnvelope | Envelope): UnsignedEnvelope => {
-  if (!("signature" in envelope)) return envelope
-  const { signature: _, ...unsigned } = envelope
-  return unsigned
-}
+const withoutSignature = ({ signature: _, ...unsigned }: UnsignedEnvelope & { readonly signature?: string }): UnsignedEnvelope =>
+  unsigned
 
 /**
  * The exact bytes an envelope's signature covers; a `signature` member, if present, is left out.

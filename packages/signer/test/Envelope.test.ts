@@ -1,13 +1,26 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Either, Schema } from "effect"
+import { Effect, Either, JSONSchema, ParseResult, Schema } from "effect"
 import {
+  AttributeKey,
+  Attributes,
+  AttributeValue,
+  CreatedAt,
   decodeEnvelope,
   decodeEnvelopeSignature,
   Envelope,
+  EnvelopeHead,
+  EventId,
   eventIdentity,
+  IdempotencyKey,
+  invalidAt,
+  Metadata,
   requireSupportedSchemaVersion,
+  Route,
   signEnvelope,
   signingBytes,
+  signingText,
+  type UnsignedEnvelope,
+  UnsignedEnvelope as UnsignedEnvelopeSchema,
   verifyEnvelopeSignature
 } from "../src/index.ts"
 import { keyPair, unsigned, unsignedJson } from "./fixtures.ts"
@@ -82,6 +95,58 @@ describe("the envelope is a closed schema: unknown members are refused, not drop
   it("a missing member is refused with its path", () => {
     const { idempotencyKey: _, ...rest } = signedJson()
     expect(refusal(rest)).toMatchObject({ problem: "missing-member", at: "/idempotencyKey" })
+  })
+
+  const parts: ReadonlyArray<[string, Schema.Schema.Any, Record<string, unknown>]> = [
+    ["Route", Route, unsignedJson().route as Record<string, unknown>],
+    ["Metadata", Metadata, unsignedJson().metadata as Record<string, unknown>],
+    ["UnsignedEnvelope", UnsignedEnvelopeSchema, unsignedJson()],
+    ["EnvelopeHead", EnvelopeHead, signedJson()]
+  ]
+  it.each(parts)("%s, decoded on its own, is closed too whatever parse options a caller passes", (_, schema, value) => {
+    const lenient = Schema.decodeUnknownEither(schema as Schema.Schema<unknown>, { onExcessProperty: "ignore" })
+    expect(Either.isRight(lenient(value))).toBe(true)
+    expect(Either.isLeft(lenient({ ...value, debug: true }))).toBe(true)
+  })
+
+  it("the refusal is an EnvelopeInvalid, catchable by its tag", () => {
+    const refused = decodeEnvelope({ ...signedJson(), debug: true })
+    expect(Either.flip(refused).pipe(Either.getOrThrow)._tag).toBe("EnvelopeInvalid")
+    const caught = Effect.runSync(refused.pipe(
+      Effect.map(() => "parsed"),
+      Effect.catchTag("EnvelopeInvalid", (error) => Effect.succeed(error.problem))
+    ))
+    expect(caught).toBe("unexpected-member")
+  })
+
+  it("the published JSON Schema (the OpenAPI document's components) names the envelope and its closed parts", () => {
+    const named = (schema: Schema.Schema.Any) => {
+      const document = JSONSchema.make(schema as Schema.Schema<unknown>) as { $ref?: string; $defs?: Record<string, unknown> }
+      return { $ref: document.$ref, defs: Object.keys(document.$defs ?? {}).sort() }
+    }
+    expect(named(Envelope)).toEqual({ $ref: "#/$defs/ControlPlaneEnvelope", defs: ["ControlPlaneEnvelope", "Int", "Metadata", "Route"] })
+    expect(named(UnsignedEnvelopeSchema)).toEqual({ $ref: "#/$defs/UnsignedEnvelope", defs: ["Int", "Metadata", "Route", "UnsignedEnvelope"] })
+    expect(named(EnvelopeHead)).toEqual({ $ref: "#/$defs/EnvelopeHead", defs: ["EnvelopeHead", "Int", "Route"] })
+    const closed = (JSONSchema.make(Envelope) as { $defs: Record<string, { additionalProperties?: unknown }> }).$defs
+    expect([closed.ControlPlaneEnvelope, closed.Route, closed.Metadata].map((d) => d?.additionalProperties)).toEqual([false, false, false])
+  })
+})
+
+describe("EnvelopeHead: everything the verifier checks before the signature, the metadata left for step 4", () => {
+  const decodeHead = Schema.decodeUnknownEither(EnvelopeHead, { onExcessProperty: "error", errors: "first" })
+
+  it("parses the whole head and keeps the metadata as it came, undecoded", () => {
+    const metadata = { kind: "task.deleted", anything: [1, { nested: true }] }
+    const head = Either.getOrThrow(decodeHead({ ...signedJson(), metadata }))
+    expect(head.metadata).toEqual(metadata)
+    expect(head).toMatchObject({ eventId: "01J9Z3K6X8Q4M2N5P7R9T1V3W5", sequence: 42, keyId: "k1", route: { tenant: "acme" } })
+  })
+
+  it("still refuses the bounded identities and the signature's size", () => {
+    expect(Either.isLeft(decodeHead({ ...signedJson(), eventId: "short" }))).toBe(true)
+    expect(Either.isLeft(decodeHead({ ...signedJson(), signature: "" }))).toBe(true)
+    const { keyId: _, ...withoutKeyId } = signedJson()
+    expect(Either.isLeft(decodeHead(withoutKeyId))).toBe(true)
   })
 })
 
@@ -266,5 +331,106 @@ describe("signingBytes", () => {
     expect(Buffer.from(signingBytes(envelope)).equals(Buffer.from(signingBytes(unsigned())))).toBe(true)
     expect(new TextDecoder().decode(signingBytes(envelope))).not.toContain("signature")
     expect(unsignedJson()).not.toHaveProperty("signature")
+  })
+
+  it("signingText is the signed bytes as text: the RFC 8785 form without `signature`, members sorted, no whitespace", () => {
+    const expected = "{\"createdAt\":\"2025-01-15T09:30:00.123Z\",\"eventId\":\"01J9Z3K6X8Q4M2N5P7R9T1V3W5\"," +
+      "\"idempotencyKey\":\"task-42:proposal:1\",\"keyId\":\"k1\"," +
+      "\"metadata\":{\"attributes\":{\"priority\":\"high\",\"title\":\"Réviser\"},\"kind\":\"task.proposed\",\"subject\":\"task-42\"}," +
+      "\"route\":{\"producer\":\"laptop-7\",\"project\":\"website\",\"tenant\":\"acme\"}," +
+      "\"schemaVersion\":1,\"sequence\":42,\"type\":\"controlplane/v1\"}"
+    expect(signingText(unsigned())).toBe(expected)
+    expect(signingText(Either.getOrThrow(parse(signedJson())))).toBe(expected)
+    expect(Buffer.from(signingBytes(unsigned())).equals(Buffer.from(expected, "utf8"))).toBe(true)
+  })
+
+  it("a value that bypassed the schema and has no RFC 8785 form (a lone surrogate) is a thrown defect naming where, never the value", () => {
+    const valid = unsigned()
+    const bypassed = { ...valid, metadata: { ...valid.metadata, attributes: { title: "sk_live\ud800" } } } as UnsignedEnvelope
+    expect(() => signingBytes(bypassed)).toThrowError(
+      new Error("envelope has no RFC 8785 form at /metadata/attributes/title (canonical-lone-surrogate)")
+    )
+    expect(() => signingBytes(bypassed)).not.toThrowError(/sk_live/)
+  })
+})
+
+describe("the envelope's own checks explain a refusal by the documented rule, never by quoting the value", () => {
+  // What a formatted parse error (for example the issues of an HTTP decode error) would show.
+  const issues = (schema: Schema.Schema.Any, value: unknown) =>
+    ParseResult.ArrayFormatter.formatErrorSync(
+      Either.flip(Schema.decodeUnknownEither(schema as Schema.Schema<unknown>)(value)).pipe(Either.getOrThrow)
+    )
+  const secrets = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "sk_live"]))
+
+  it.each<[string, Schema.Schema.Any, unknown, string]>([
+    ["eventId", EventId, "sk_live.0123456789", "eventId must match ^[A-Za-z0-9_-]{16,64}$"],
+    ["idempotencyKey", IdempotencyKey, "sk_live secret", "idempotencyKey must match ^[A-Za-z0-9._:-]{1,128}$"],
+    ["createdAt", CreatedAt, "2025-02-30T09:30:00Z", "createdAt must be an RFC 3339 UTC time ending in Z"],
+    ["an attribute key", AttributeKey, "Sk_live", "attribute keys must match ^[a-z][a-z0-9_.-]{0,63}$"],
+    [
+      "an attribute value",
+      AttributeValue,
+      "sk_live\u0000",
+      "attribute values are at most 1024 code points, no control characters but tab and LF"
+    ],
+    ["the attributes", Attributes, secrets(33), "at most 32 attributes"]
+  ])("%s", (_, schema, value, message) => {
+    const found = issues(schema, value)
+    expect(found.map((issue) => issue.message)).toEqual([message])
+    expect(JSON.stringify(found)).not.toMatch(/sk_live|Sk_live|2025-02-30/)
+  })
+})
+
+describe("invalidAt: the first problem, at a path made only of schema member names", () => {
+  const firstProblem = (schema: Schema.Schema.Any, value: unknown) =>
+    invalidAt(
+      Either.flip(Schema.decodeUnknownEither(schema as Schema.Schema<unknown>, { errors: "first" })(value)).pipe(
+        Either.getOrThrow
+      )
+    )
+
+  it("a failed check is the value's own problem: a path the check names (client text) is not followed", () => {
+    const atMostOne = Schema.Record({ key: Schema.String, value: Schema.String }).pipe(
+      Schema.filter((record) => {
+        const [, second] = Object.keys(record)
+        return second === undefined || { path: [second], message: "one entry at most" }
+      })
+    )
+    const schema = Schema.Struct({ attributes: atMostOne })
+    expect(firstProblem(schema, { attributes: { a: "x", sk_live_key: "y" } })).toEqual({
+      problem: "invalid-value",
+      at: "/attributes"
+    })
+  })
+
+  it("a check over a whole struct that fails inside a member reports that member", () => {
+    const checked = Schema.Struct({ route: Route, sequence: Schema.Number }).pipe(Schema.filter(() => true))
+    expect(firstProblem(checked, { route: { tenant: "Acme", project: "p", producer: "q" }, sequence: 1 })).toEqual({
+      problem: "invalid-value",
+      at: "/route/tenant"
+    })
+  })
+
+  it("a multi-key path (as a transformation may report) is followed key by key", () => {
+    const nested = Schema.transformOrFail(Schema.Unknown, Schema.Unknown, {
+      decode: (input, _, ast) =>
+        ParseResult.fail(new ParseResult.Pointer(["metadata", "attributes"], input, new ParseResult.Type(ast, input))),
+      encode: ParseResult.succeed
+    })
+    expect(firstProblem(Schema.Struct({ body: nested }), { body: {} })).toEqual({
+      problem: "invalid-value",
+      at: "/body/metadata/attributes"
+    })
+  })
+
+  it("a member a synchronous parse cannot decode (Forbidden) is invalid-value at that member", () => {
+    const later = Schema.transformOrFail(Schema.String, Schema.String, {
+      decode: (text) => Effect.delay(Effect.succeed(text), "1 millis"),
+      encode: ParseResult.succeed
+    })
+    expect(firstProblem(Schema.Struct({ a: Schema.String, b: later }), { a: "x", b: "y" })).toEqual({
+      problem: "invalid-value",
+      at: "/b"
+    })
   })
 })
