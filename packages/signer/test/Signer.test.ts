@@ -1,11 +1,15 @@
-import { expect, layer } from "@effect/vitest"
+import { expect, it, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { EmptyTestDatabaseLive, TestDatabaseLive } from "@delivery/testing/vitest"
+import { connect, freshDatabaseClient } from "@delivery/testing"
+import { EmptyTestDatabaseLive, PgClusterFromVitest, TestDatabaseLive } from "@delivery/testing/vitest"
 import { Duration, Effect, Either, Layer, TestClock, TestContext } from "effect"
 import {
+  AuditActor,
+  CorrelationId,
   decodeEnvelope,
   type Envelope,
   KeySource,
+  PURGE_BATCH,
   Signer,
   type SignRequest,
   signEnvelope,
@@ -53,6 +57,8 @@ layer(TestLayer, { excludeTestServices: true })("Signer on PostgreSQL (spec 000 
     Effect.gen(function* () {
       const signer = yield* Signer
       const first = yield* signer.registerKey(tenant("reg"), keyId("k1"), k.a1.publicKey)
+      expect(first).toMatchObject({ tenant: "reg", keyId: "k1", state: "active", verifyUntil: null })
+      expect(Buffer.from(first.publicKey).equals(Buffer.from(k.a1.publicKey))).toBe(true)
       const again = yield* signer.registerKey(tenant("reg"), keyId("k1"), k.a1.publicKey)
       expect(again).toEqual(first)
       const conflict = yield* Effect.flip(signer.registerKey(tenant("reg"), keyId("k1"), k.a2.publicKey))
@@ -90,6 +96,19 @@ layer(TestLayer, { excludeTestServices: true })("Signer on PostgreSQL (spec 000 
       expect(yield* refusedReason(signer.verify(forA, tenant("scope-b")))).toBe("key-unknown")
     }))
 
+  it.effect("an envelope routed to another tenant is key-unknown even when the verified tenant holds the same key id and public key", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      yield* signer.registerKey(tenant("twin-a"), keyId("k1"), k.a1.publicKey)
+      yield* signer.registerKey(tenant("twin-b"), keyId("k1"), k.a1.publicKey)
+      const forA = envelopeFor("twin-a", "k1", k.a1)
+      expect((yield* signer.verify(forA, tenant("twin-a"))).key.tenant).toBe("twin-a")
+      // The signature would verify under twin-b's key: the route, not the key, decides.
+      const outcome = yield* Effect.either(signer.verify(forA, tenant("twin-b")))
+      expect(Either.isLeft(outcome) ? outcome.left : `verified with ${outcome.right.key.tenant}'s key`)
+        .toMatchObject({ _tag: "KeyRefused", reason: "key-unknown", tenant: "twin-b", keyId: "k1" })
+    }))
+
   it.effect("a bad signature is signature-invalid; bad base64url is signature-malformed before any key lookup", () =>
     Effect.gen(function* () {
       const signer = yield* Signer
@@ -122,6 +141,11 @@ layer(TestLayer, { excludeTestServices: true })("Signer on PostgreSQL (spec 000 
       // Rotating again to the same key is acknowledged, not a second rotation.
       expect((yield* signer.rotate(tenant("rot"), keyId("k2"), k.a2.publicKey)).retired).toEqual([])
       expect(yield* refusedReason(signer.rotate(tenant("rot"), keyId("k1"), k.a1.publicKey))).toBe("key-conflict")
+      // A key id names one public key for good: rotating to it with another key is refused, active or not.
+      for (const [kid, pair] of [["k2", k.a3], ["k1", k.a3]] as const) {
+        expect(yield* Effect.flip(signer.rotate(tenant("rot"), keyId(kid), pair.publicKey)))
+          .toMatchObject({ _tag: "KeyConflict", reason: "key-conflict", keyId: kid, detail: "public-key-differs" })
+      }
 
       const { keyId: _, ...request } = unsigned({ route: { tenant: "rot", project: "website", producer: "p" } })
       expect((yield* signer.sign(request as SignRequest)).keyId).toBe("k2")
@@ -171,6 +195,43 @@ layer(TestLayer, { excludeTestServices: true })("Signer on PostgreSQL (spec 000 
       expect((yield* signer.keys(tenant("rev-old"))).map((key) => key.keyId)).toEqual(["k2"])
     })))
 
+  it.effect("the operator forms say whether anything changed: applied the first time, unchanged on a repeat", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const by = { actor: AuditActor.make("operator:environment"), correlationId: CorrelationId.make("outcomes-1") }
+      const t = tenant("outcomes")
+      for (let round = 0; round < 2; round++) {
+        const outcome = round === 0 ? "applied" : "unchanged"
+        expect(yield* signer.registerKeyAs(t, keyId("k1"), k.a1.publicKey, by)).toMatchObject({ outcome, key: { keyId: "k1" } })
+      }
+      for (let round = 0; round < 2; round++) {
+        const change = yield* signer.rotateAs(t, keyId("k2"), k.a2.publicKey, by)
+        expect([change.outcome, change.key.keyId, change.retired.map((key) => key.keyId)])
+          .toEqual(round === 0 ? ["applied", "k2", ["k1"]] : ["unchanged", "k2", []])
+      }
+      for (let round = 0; round < 2; round++) {
+        expect(yield* signer.revokeAs(t, keyId("k1"), by))
+          .toMatchObject({ outcome: round === 0 ? "applied" : "unchanged", key: { keyId: "k1", state: "revoked" }, retired: [] })
+      }
+    }))
+
+  it.effect(`purgeRevoked deletes in batches of ${PURGE_BATCH} until none is left: one sweep removes every expired revoked key`, () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const sql = yield* SqlClient.SqlClient
+      const count = PURGE_BATCH + 1
+      yield* sql`
+        INSERT INTO signer_keys (tenant, key_id, public_key, state, created_at, revoked_at, verify_until)
+        SELECT 'bulk', 'b' || n, ${Buffer.from(k.a1.publicKey)}, 'revoked', '2000-01-01', '2000-01-01', '2000-03-31'
+        FROM generate_series(1, ${count}) AS n`
+      const purged = (yield* signer.purgeRevoked()).filter((key) => key.tenant === "bulk")
+      expect(new Set(purged.map((key) => key.keyId)).size).toBe(count)
+      expect(yield* signer.keys(tenant("bulk"))).toEqual([])
+      const [audit] = yield* sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM signer_key_audit WHERE tenant = 'bulk' AND action = 'purge'`.withoutTransform
+      expect(audit!.n).toBe(count)
+    }))
+
   it.effect("sign refuses without an active key, and refuses when the source's key is not the registered one", () =>
     Effect.gen(function* () {
       const signer = yield* Signer
@@ -218,3 +279,23 @@ layer(Signer.Default.pipe(Layer.provide(KeySource.layerNone), Layer.provideMerge
       expect(rotate).toMatchObject({ _tag: "SignerStorageUnavailable" })
     }))
 })
+
+it.scoped("a database that went away: each key change fails as SignerStorageUnavailable naming its transaction", () =>
+  Effect.gen(function* () {
+    const { db, sql } = yield* freshDatabaseClient({ maxConnections: 1 })
+    const signer = yield* Effect.provide(
+      Signer,
+      Signer.Default.pipe(Layer.provide(KeySource.layerNone), Layer.provide(Layer.succeed(SqlClient.SqlClient, sql)))
+    )
+    const admin = yield* connect(db.adminUrl, { maxConnections: 1 })
+    yield* admin`DROP DATABASE ${admin(db.name)} WITH (FORCE)`
+    // BEGIN is the first statement of each change: its failure is named after the change.
+    const changes: ReadonlyArray<[string, Effect.Effect<unknown, { readonly _tag: string }>]> = [
+      ["registerKey", signer.registerKey(tenant("gone"), keyId("k1"), k.a1.publicKey)],
+      ["rotate", signer.rotate(tenant("gone"), keyId("k2"), k.a2.publicKey)],
+      ["revoke", signer.revoke(tenant("gone"), keyId("k1"))]
+    ]
+    for (const [operation, change] of changes) {
+      expect(yield* Effect.flip(change)).toMatchObject({ _tag: "SignerStorageUnavailable", operation })
+    }
+  }).pipe(Effect.provide(PgClusterFromVitest)))
