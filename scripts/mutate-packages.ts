@@ -24,7 +24,7 @@ const modules = (pkg: string, names: ReadonlyArray<string>): ReadonlyArray<strin
 
 export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   core: {
-    mutate: modules("core", ["Lease", "Backoff", "Canonical", "ProviderHttp", "ProviderEndpoint", "Migrations"]),
+    mutate: modules("core", ["Lease", "Backoff", "Canonical", "ProviderHttp", "ProviderEndpoint", "Migrations", "BoundedJson", "ConfigValues", "Correlation"]),
     tests: ["packages/core"]
   },
   signer: {
@@ -32,11 +32,11 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
     tests: ["packages/signer"]
   },
   "envelope-inbox": {
-    mutate: modules("envelope-inbox", ["EnvelopeInbox", "EnvelopeStages", "SyncLimiter", "InboxRetention", "InboxRepo"]),
+    mutate: modules("envelope-inbox", ["EnvelopeInbox", "EnvelopeStages", "SyncLimiter", "InboxRetention", "InboxRepo", "RefusalAudit", "StreamRules"]),
     tests: ["packages/envelope-inbox"]
   },
   outbox: {
-    mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "OutboxConfig", "WebhookSignature", "Sender"]),
+    mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "OutboxConfig", "WebhookSignature", "Sender", "DeliveryRate", "Recorder"]),
     tests: ["packages/outbox"]
   }
 }
