@@ -103,9 +103,9 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       // Step 2: the route names the verified tenant (no key is looked up for a foreign one), then the
       // bounded identities.
       const json = Stages.parseJson(body)
-      if (Either.isLeft(json)) return yield* unprocessable("json-malformed")
-      if (Stages.routeNamesTenant(json.right, identity.tenant) === false) return yield* forbidden("route-tenant-mismatch")
-      const head = Stages.decodeHead(json.right)
+      if (Option.isNone(json)) return yield* unprocessable("json-malformed")
+      if (Stages.routeNamesOtherTenant(json.value, identity.tenant)) return yield* forbidden("route-tenant-mismatch")
+      const head = Stages.decodeHead(json.value)
       if (Either.isLeft(head)) return yield* unprocessable("envelope-invalid", head.left)
       const { route } = head.right
       context = { ...context, project: route.project, producer: route.producer }
@@ -114,7 +114,7 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       // signature. Step 4 (schema version, closed metadata) only ever sees a verified signature.
       const signature = Stages.signatureOf(head.right)
       if (Either.isLeft(signature)) return yield* unprocessable("signature-malformed", { defect: signature.left })
-      const envelopeJson = json.right as Record<string, unknown>
+      const envelopeJson = json.value as Record<string, unknown>
       const signed = Stages.signedBytes(envelopeJson)
       if (Either.isRight(signed)) context = { ...context, eventIdentity: signed.right.eventIdentity }
       const key = yield* signer.resolveVerificationKey(identity.tenant, head.right.keyId).pipe(

@@ -8,7 +8,7 @@ import {
   Metadata,
   SUPPORTED_SCHEMA_VERSION
 } from "@delivery/signer"
-import { Either, Schema } from "effect"
+import { Either, Option, Schema } from "effect"
 
 // The envelope is parsed in stages so that each of spec 000's checks only sees what it needs and a
 // refusal costs no more than its own stage: route and bounded identities (step 2) before any key or
@@ -22,12 +22,12 @@ export type Invalid = InvalidAt
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 const utf8Encoder = new TextEncoder()
 
-/** Before step 2: the body as a JSON value. Invalid UTF-8 is malformed too (it has no JSON reading). */
-export const parseJson = (body: Uint8Array): Either.Either<unknown, "json-malformed"> => {
+/** Before step 2: the body as a JSON value, none when it is malformed. Invalid UTF-8 is malformed too (it has no JSON reading). */
+export const parseJson = (body: Uint8Array): Option.Option<unknown> => {
   try {
-    return Either.right(JSON.parse(utf8.decode(body)))
+    return Option.some(JSON.parse(utf8.decode(body)))
   } catch {
-    return Either.left("json-malformed")
+    return Option.none()
   }
 }
 
@@ -35,20 +35,22 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
 /**
- * Step 2, first half: the route names the verified tenant. Only a string that differs from the verified
- * tenant is a mismatch (403); a route that is not even shaped like one is left to the bounded parse (422).
+ * Step 2, first half: the route names a tenant other than the verified one. Only a string that differs from
+ * the verified tenant is a mismatch (403); a route that is not even shaped like one is left to the bounded
+ * parse (422).
  */
-export const routeNamesTenant = (json: unknown, tenant: string): boolean | "unshaped" => {
+export const routeNamesOtherTenant = (json: unknown, tenant: string): boolean => {
   const route = isObject(json) ? json.route : undefined
   const claimed = isObject(route) ? route.tenant : undefined
-  return typeof claimed === "string" ? claimed === tenant : "unshaped"
+  return typeof claimed === "string" && claimed !== tenant
 }
 
 /** Everything but the metadata payload, closed at the top level; metadata waits for step 4. */
 export const Head = EnvelopeHead
 export type Head = typeof Head.Type
 
-const decodeHeadEither = Schema.decodeUnknownEither(Head, { onExcessProperty: "error", errors: "first" })
+// Closed on its own (signer's schemas refuse unknown members whatever the parse options), first error only by default.
+const decodeHeadEither = Schema.decodeUnknownEither(Head)
 
 /** Step 2, second half: bounded identities (route, event id, idempotency key, sequence, key id, time). */
 export const decodeHead = (json: unknown): Either.Either<Head, Invalid> => Either.mapLeft(decodeHeadEither(json), invalidAt)
@@ -81,7 +83,7 @@ export const signedBytes = (json: Record<string, unknown>): Either.Either<Signed
   })
 }
 
-const decodeMetadataEither = Schema.decodeUnknownEither(Metadata, { onExcessProperty: "error", errors: "first" })
+const decodeMetadataEither = Schema.decodeUnknownEither(Metadata)
 
 /** Step 4: only schema version 1 is understood; then the closed metadata payload. */
 export const requireVersionAndMetadata = (
@@ -100,7 +102,7 @@ export const requireVersionAndMetadata = (
 }
 
 // RFC 8785 sorts members by name, and the closed envelope's last member is always `type`, whose value
-// is fixed; `signature` sorts right before it.
+// is fixed (step 2 decoded every member but the metadata); `signature` sorts right before it.
 const TYPE_MEMBER = ',"type":"controlplane/v1"}'
 
 /**
@@ -108,6 +110,5 @@ const TYPE_MEMBER = ',"type":"controlplane/v1"}'
  * the signed text (no second canonicalization): removing `"signature"` from it gives the signed bytes back.
  */
 export const storedEnvelope = (signed: SignedBytes, envelope: Envelope): string => {
-  if (!signed.text.endsWith(TYPE_MEMBER)) throw new Error("the signed text of a controlplane/v1 envelope ends with its type")
   return `${signed.text.slice(0, -TYPE_MEMBER.length)},"signature":${JSON.stringify(envelope.signature)}${TYPE_MEMBER}`
 }

@@ -46,6 +46,30 @@ const cases: ReadonlyArray<BadInput> = [
   { name: "invalid UTF-8", status: 422, reason: "json-malformed", send: (p) => post(HttpBody.uint8Array(new Uint8Array([0x7b, 0xff, 0x7d]), "application/json"), p.token) },
   { name: "an empty body", status: 422, reason: "json-malformed", send: (p) => post("", p.token) },
   {
+    // Read leniently, the byte would become U+FFFD and the envelope would reach the signature check.
+    name: "invalid UTF-8 inside a string of a signed envelope",
+    status: 422,
+    reason: "json-malformed",
+    send: (p) => {
+      const text = new TextEncoder().encode(JSON.stringify(p.envelope({ sequence: 9 })).replace("task-42", "task-42@"))
+      return post(HttpBody.uint8Array(text.map((byte) => (byte === 0x40 ? 0xff : byte)), "application/json"), p.token)
+    }
+  },
+  {
+    name: "a JSON null body",
+    status: 422,
+    reason: "envelope-invalid",
+    detail: { problem: "invalid-value", at: "" },
+    send: (p) => post("null", p.token)
+  },
+  {
+    name: "a null route",
+    status: 422,
+    reason: "envelope-invalid",
+    detail: { problem: "invalid-value", at: "/route" },
+    send: (p) => post(sign(p, { ...base(p), route: null }), p.token)
+  },
+  {
     name: "oversized body",
     status: 413,
     reason: "body-too-large",

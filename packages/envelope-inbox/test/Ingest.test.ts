@@ -1,10 +1,18 @@
 import { expect, layer } from "@effect/vitest"
 import { OpenApi } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Canonical } from "@delivery/core"
+import { SqlCounter } from "@delivery/testing"
 import { eventIdentity, type UnsignedEnvelope } from "@delivery/signer"
-import { Effect } from "effect"
+import { Cause, Effect, Either, Exit, Option } from "effect"
+import { generateKeyPairSync } from "node:crypto"
 import { EnvelopeInbox } from "../src/index.ts"
 import { auditOf, counts, post, producer, streamOf, SuiteLive, TestApi } from "./support/Harness.ts"
-import { PAYLOAD_MARKER } from "./support/Signing.ts"
+import { envelopeJson, PAYLOAD_MARKER, signJson } from "./support/Signing.ts"
+
+/** SHA-256 (hex) of the RFC 8785 bytes of `envelope` without its signature: the event identity. */
+const identityOf = ({ signature: _, ...unsigned }: Record<string, unknown>) =>
+  Canonical.sha256Hex(Either.getOrThrow(Canonical.canonicalBytes(unsigned)))
 
 layer(SuiteLive(), { excludeTestServices: true })("POST /controlplane/v1/envelopes (spec 000, inbound order and acknowledgement)", (it) => {
   it.effect("commit the permanent identity, expiring payload, cursor advancement, and redacted audit event in one transaction; only then return an acknowledgement (201 accepted)", () =>
@@ -131,6 +139,88 @@ layer(SuiteLive(), { excludeTestServices: true })("POST /controlplane/v1/envelop
       // Raising past everything moves the cursor to the floor; a new stream can be given a floor up front.
       expect(yield* inbox.raiseReplayFloor(key, 9)).toMatchObject({ cursor: 9, replayFloor: 9, highSequence: 5 })
       expect(yield* inbox.raiseReplayFloor({ ...key, producer: "restored-laptop" }, 100)).toMatchObject({ cursor: 100, replayFloor: 100 })
+    }))
+
+  it.effect("the expiring payload is the whole envelope as received, in RFC 8785 form with its signature; the signed bytes are that text without the signature", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const envelope = p.envelope({ sequence: 1 })
+      expect((yield* post(envelope, p.token)).status).toBe(201)
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql<{ envelope: string }>`
+        SELECT envelope FROM inbox_payloads JOIN inbox_streams USING (stream_id) WHERE tenant = ${p.tenant}`.withoutTransform
+      expect(rows.map((row) => row.envelope)).toEqual([Either.getOrThrow(Canonical.canonicalString(envelope))])
+      const { signature: _, ...unsigned } = JSON.parse(rows[0]!.envelope) as Record<string, unknown>
+      expect(identityOf(unsigned)).toBe((yield* auditOf(p.tenant))[0]!.event_identity)
+    }))
+
+  it.effect("Every authenticated accept/refusal records a SHA-256 event identity once the signed bytes are known: refusals at step 3 and 4 carry it, earlier ones have none", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const stranger = generateKeyPairSync("ed25519").privateKey
+      const badSignature = signJson(envelopeJson({ tenant: p.tenant, sequence: 1 }), stranger)
+      const version2 = signJson({ ...envelopeJson({ tenant: p.tenant, sequence: 1 }), schemaVersion: 2 }, p.privateKey)
+      const unknownKey = signJson({ ...envelopeJson({ tenant: p.tenant, sequence: 1 }), keyId: "k9" }, p.privateKey)
+      const reasons = [] as Array<unknown>
+      for (const envelope of [badSignature, version2, unknownKey, { ...p.envelope({ sequence: 1 }), eventId: "short" }]) {
+        reasons.push((yield* post(envelope, p.token)).body.reason)
+      }
+      expect(reasons).toEqual(["signature-invalid", "schema-version-unsupported", "key-unknown", "envelope-invalid"])
+      expect((yield* auditOf(p.tenant)).map((row) => [row.reason, row.event_identity])).toEqual([
+        ["signature-invalid", identityOf(badSignature)],
+        ["schema-version-unsupported", identityOf(version2)],
+        ["key-unknown", identityOf(unknownKey)],
+        ["envelope-invalid", null]
+      ])
+    }))
+
+  it.effect("EnvelopeInbox.stream reads a stream's contiguous cursor, replay floor and highest retained sequence; a stream never seen is none", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const inbox = yield* EnvelopeInbox
+      const key = { tenant: p.tenant, project: "website", producer: "laptop-7" }
+      expect(yield* inbox.stream(key)).toEqual(Option.none())
+      for (const sequence of [1, 2, 4]) expect((yield* post(p.envelope({ sequence }), p.token)).status).toBe(201)
+      const state = yield* inbox.stream(key)
+      expect(Option.map(state, (s) => ({ ...s }))).toEqual(Option.some({ ...key, cursor: 2, replayFloor: 0, highSequence: 4 }))
+      expect(yield* inbox.stream({ ...key, producer: "another-laptop" })).toEqual(Option.none())
+    }))
+
+  it.effect("only an operator moves the replay floor, to an integer 0..2^53-1: a negative, fractional or unsafe floor is a defect that changes nothing; 0 is a floor like any other", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const inbox = yield* EnvelopeInbox
+      const key = { tenant: p.tenant, project: "website", producer: "laptop-7" }
+      expect((yield* post(p.envelope({ sequence: 1 }), p.token)).status).toBe(201)
+      for (const floor of [-1, -0.5, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
+        const exit = yield* Effect.exit(inbox.raiseReplayFloor(key, floor))
+        expect([floor, Exit.isFailure(exit) && Cause.isDie(exit.cause)]).toEqual([floor, true])
+        if (Exit.isFailure(exit)) expect(Cause.pretty(exit.cause)).toContain("a replay floor is an integer 0..2^53-1")
+      }
+      expect(yield* streamOf(p.tenant)).toEqual({ cursor: 1, floor: 0, high: 1 })
+      // Floor 0 closes nothing: an existing stream stays as it is, a new one is created at 0.
+      expect(yield* inbox.raiseReplayFloor(key, 0)).toMatchObject({ cursor: 1, replayFloor: 0, highSequence: 1 })
+      expect(yield* inbox.raiseReplayFloor({ ...key, producer: "new-laptop" }, 0)).toMatchObject({ cursor: 0, replayFloor: 0, highSequence: 0 })
+      expect(yield* streamOf(p.tenant, "new-laptop")).toEqual({ cursor: 0, floor: 0, high: 0 })
+    }))
+
+  it.effect("a replay floor at or below the current one changes nothing: the stream is locked and read, and neither floor nor cursor is written", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const inbox = yield* EnvelopeInbox
+      const counter = yield* SqlCounter
+      const key = { tenant: p.tenant, project: "website", producer: "laptop-7" }
+      for (const sequence of [1, 2, 5]) expect((yield* post(p.envelope({ sequence }), p.token)).status).toBe(201)
+      expect(yield* inbox.raiseReplayFloor(key, 3)).toMatchObject({ cursor: 3, replayFloor: 3, highSequence: 5 })
+      for (const floor of [3, 2]) {
+        const before = (yield* counter.statements).length
+        expect(yield* inbox.raiseReplayFloor(key, floor)).toMatchObject({ cursor: 3, replayFloor: 3, highSequence: 5 })
+        const statements = (yield* counter.statements).slice(before).map((s) => s.trim())
+        expect(statements.filter((s) => !/^(BEGIN|COMMIT|SAVEPOINT|RELEASE)/i.test(s))).toEqual([
+          expect.stringMatching(/^INSERT INTO inbox_streams/)
+        ])
+      }
+      expect(yield* streamOf(p.tenant)).toEqual({ cursor: 3, floor: 3, high: 5 })
     }))
 
   it.effect("every response carries a stable reason and a correlation id, and none echoes the payload", () =>
