@@ -273,6 +273,8 @@ describe("metadata.attributes: at most 32 entries, bounded keys, values of at mo
   it.each<[string, unknown]>([
     ["33 entries", many(33)],
     ["a 1025-code-point value", { title: "x".repeat(1025) }],
+    ["1024 astral characters and one more (2049 UTF-16 units)", { title: "😀".repeat(1024) + "x" }],
+    ["one character and 1024 astral ones", { title: "x" + "😀".repeat(1024) }],
     ["a key with upper case", { Title: "x" }],
     ["a key of 65 characters", { ["k".repeat(65)]: "x" }],
     ["a __proto__ key", JSON.parse("{\"__proto__\": \"x\"}")],
