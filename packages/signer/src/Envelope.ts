@@ -149,7 +149,11 @@ export type Envelope = typeof Envelope.Type
  * The envelope with its metadata left undecoded: what a verifier checks before the signature
  * (spec 000 steps 2-3), the closed metadata waiting for step 4.
  */
-export const EnvelopeHead = Schema.Struct({ ...unsignedFields, metadata: Schema.Unknown, signature: SignatureText })
+// Present, whatever it holds: a struct member that accepts `undefined` would also accept a missing member, and
+// a missing `metadata` is step 2's `missing-member`, not a metadata problem for step 4.
+const UndecodedMetadata = Schema.Unknown.pipe(Schema.filter((value) => value !== undefined))
+
+export const EnvelopeHead = Schema.Struct({ ...unsignedFields, metadata: UndecodedMetadata, signature: SignatureText })
   .annotations({ ...closed, identifier: "EnvelopeHead" })
 export type EnvelopeHead = typeof EnvelopeHead.Type
 

@@ -148,6 +148,13 @@ describe("EnvelopeHead: everything the verifier checks before the signature, the
     const { keyId: _, ...withoutKeyId } = signedJson()
     expect(Either.isLeft(decodeHead(withoutKeyId))).toBe(true)
   })
+
+  it("'every member is required': an envelope without metadata is refused at step 2 as missing-member at /metadata, whatever metadata may hold", () => {
+    const { metadata: _, ...withoutMetadata } = signedJson()
+    const error = Either.getLeft(decodeHead(withoutMetadata))
+    expect(error._tag === "Some" && invalidAt(error.value)).toEqual({ problem: "missing-member", at: "/metadata" })
+    expect(Either.isRight(decodeHead({ ...signedJson(), metadata: null }))).toBe(true)
+  })
 })
 
 describe("signature: unpadded base64url of exactly 64 bytes, else signature-malformed (a separate decode step)", () => {
