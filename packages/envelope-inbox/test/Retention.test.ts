@@ -1,10 +1,10 @@
 import { expect, layer } from "@effect/vitest"
 import { WorkerRegistry } from "@delivery/core"
 import { SqlClient } from "@effect/sql"
-import { ConfigProvider, Duration, Effect, Layer, Schedule, TestClock, TestContext } from "effect"
+import { ConfigProvider, Duration, Effect, Layer, Schedule, TestClock, TestContext, TestServices } from "effect"
 import { randomBytes } from "node:crypto"
-import { InboxRetention, InboxRetentionWorker, RETENTION_BATCH } from "../src/index.ts"
-import { auditOf, counts, post, producer, streamOf, SuiteLive } from "./support/Harness.ts"
+import { InboxRetention, InboxRetentionWorker, RETENTION_BATCH, retentionLoop } from "../src/index.ts"
+import { auditOf, counts, post, producer, ServicesLive, streamOf, SuiteLive } from "./support/Harness.ts"
 import { logProbe } from "./support/Logs.ts"
 
 /** Statements run as the retention role, each in its own transaction (a refused one aborts it). */
@@ -70,6 +70,7 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000 retention: payloads 
       const result = yield* retention.sweep()
       expect(result.batches.every((n) => n <= RETENTION_BATCH)).toBe(true)
       expect(result.batches).toEqual([1_000, 1_000, 500])
+      expect(result.deleted).toBe(2_500)
       expect(yield* counts(tenant)).toEqual({ streams: 1, identities: 2_600, payloads: 100, audit: 0 })
       expect((yield* retention.sweep()).batches).toEqual([0])
     }))
@@ -132,5 +133,41 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000 retention: payloads 
         })
       ).pipe(Effect.ensuring(Effect.orDie(sql`GRANT DELETE ON inbox_payloads TO inbox_retention`)))
       expect(yield* counts(tenant)).toEqual({ streams: 1, identities: 30, payloads: 10, audit: 0 })
+    }))
+})
+
+// A database of its own: the log of a sweep counts every expired payload, so no other test's rows may be there.
+layer(ServicesLive(), { excludeTestServices: true })("spec 000 retention: the worker's account of its sweeps", (it) => {
+  it.effect("a sweep that deleted expired payloads logs how many and in how many statements; a sweep that deleted none logs nothing", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient.SqlClient
+      const start = Date.parse("2030-01-01T00:00:00Z")
+      const tenant = tenantName()
+      yield* seedPayloads(tenant, 30, 0)
+      // 20 of them expire an hour after the start, the others a day after: the first sweep finds nothing, the
+      // one after the interval finds the 20.
+      const after = (duration: Duration.DurationInput) => new Date(start + Duration.toMillis(duration))
+      yield* sql`UPDATE inbox_payloads SET expires_at = CASE WHEN sequence <= 20 THEN ${after("1 hour")}::timestamptz ELSE ${after("1 day")}::timestamptz END`
+      const logs = yield* logProbe
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(start)
+          yield* Effect.forkScoped(retentionLoop("1 hour").pipe(Effect.provide(logs.layer)))
+          // The first sweep is over once the loop waits out its interval.
+          const clock = yield* TestClock.testClock()
+          yield* TestServices.provideLive(clock.sleeps.pipe(
+            Effect.filterOrFail((sleeps) => sleeps.length > 0),
+            Effect.retry(Schedule.spaced("20 millis").pipe(Schedule.upTo("30 seconds")))
+          ))
+          yield* TestClock.adjust("2 hours")
+          const entry = yield* TestServices.provideLive(
+            logs.next((entry) => entry.message.includes("inbox retention")).pipe(
+              Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => "no sweep was logged" as const })
+            )
+          )
+          expect([entry.message, entry.annotations]).toEqual(["inbox retention: expired payloads deleted", { deleted: 20, statements: 1 }])
+        }).pipe(Effect.provide(TestContext.TestContext))
+      )
+      expect(yield* counts(tenant)).toMatchObject({ identities: 30, payloads: 10 })
     }))
 })
