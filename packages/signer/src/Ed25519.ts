@@ -73,6 +73,7 @@ export const Ed25519PublicKey = Schema.transformOrFail(
   Schema.String.pipe(Schema.maxLength(64)),
   RawPublicKey,
   {
+    // Stryker disable next-line BooleanLiteral: `strict` only types the decode and encode functions; nothing changes at run time
     strict: true,
     decode: (text, _, ast) =>
       Either.match(decodeBase64Url(text, PUBLIC_KEY_BYTES), {
