@@ -25,12 +25,15 @@ export class InboxRetention extends Effect.Service<InboxRetention>()("@delivery/
   effect: Effect.gen(function* () {
     const repo = yield* InboxRepo
 
-    /** Deletes payloads that expired before `at` (default: now, from Effect's Clock), until a batch comes back short. */
+    /**
+     * Deletes payloads that expired before `at` (default: now, from Effect's Clock), until a batch comes back
+     * short or `maxBatches` statements have run.
+     */
     // Stryker disable next-line StringLiteral: the span's name is for tracing only
-    const sweep = Effect.fn("InboxRetention.sweep")(function* (at?: Date) {
+    const sweep = Effect.fn("InboxRetention.sweep")(function* (at?: Date, maxBatches: number = MAX_BATCHES_PER_SWEEP) {
       const now = at ?? new Date(yield* Clock.currentTimeMillis)
       const batches: Array<number> = []
-      while (batches.length < MAX_BATCHES_PER_SWEEP) {
+      while (batches.length < maxBatches) {
         const deleted = yield* repo.deleteExpiredBatch(now)
         batches.push(deleted)
         if (deleted < RETENTION_BATCH) break

@@ -75,6 +75,16 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000 retention: payloads 
       expect((yield* retention.sweep()).batches).toEqual([0])
     }))
 
+  it.effect("a sweep is bounded: it stops after its maximum number of batches even when every batch came back full, and the next sweep takes the rest", () =>
+    Effect.gen(function* () {
+      const tenant = tenantName()
+      yield* seedPayloads(tenant, 2_600, 2_500)
+      const retention = yield* InboxRetention
+      expect(yield* retention.sweep(undefined, 2)).toEqual({ batches: [1_000, 1_000], deleted: 2_000 })
+      expect((yield* counts(tenant)).payloads).toBe(600)
+      expect(yield* retention.sweep(undefined, 2)).toEqual({ batches: [500], deleted: 500 })
+    }))
+
   it.effect("payload expiry cannot make an old event new again: re-sent after its payload expired (TestClock 90 days on), it is still a duplicate", () =>
     Effect.gen(function* () {
       const p = yield* producer()
