@@ -11,8 +11,6 @@ import type { SendOutcome } from "./Sender.ts"
  */
 export const RECORD_EVERY = Duration.millis(100)
 
-const deliveredDecision: Decision = { _tag: "Delivered" }
-
 /**
  * The outcomes of one claimed batch, written while the batch runs: every RECORD_EVERY the outcomes
  * that arrived since the last write go out as one fenced, batched `record` (nothing is written
@@ -25,8 +23,8 @@ export const makeRecorder = (
   settings: Pick<Settings, "backoff" | "retryAfterMax">
 ) =>
   Effect.gen(function*() {
-    // A delivered outcome is its decision; any other is decided when written (its backoff starts
-    // from the Clock then). Plain values, no effect per row: a batch of 100 stays one cheap write.
+    // An outcome is decided when written (a retry's backoff starts from the Clock then). Plain
+    // values until then: a batch of 100 stays one cheap write.
     let pending: Array<{ readonly row: ClaimedRow; readonly decision?: Decision; readonly outcome?: SendOutcome }> = []
     const settled = new Set<string>()
     const totals = { delivered: 0, retried: 0, dead: 0, lost: 0 }
@@ -34,10 +32,12 @@ export const makeRecorder = (
     // Never runs twice at once: the periodic loop writes one after another, and `finish` writes only
     // once that loop has stopped.
     const write = Effect.suspend(() => {
+      // Stryker disable next-line ConditionalExpression: an empty batch writes nothing either way (record issues no statement for a kind without rows)
       if (pending.length === 0) return Effect.void
       const batch = pending
       pending = []
       return Effect.gen(function*() {
+        // Stryker disable next-line ArrayDeclaration: a stray non-tuple entry matches no outcome kind in record, so it is never written
         const decided: Array<readonly [ClaimedRow, Decision]> = []
         for (const { decision, outcome, row } of batch) {
           decided.push([row, decision ?? (yield* decide(outcome!, row, settings))])
@@ -52,7 +52,7 @@ export const makeRecorder = (
 
     const settle = (row: ClaimedRow, outcome: SendOutcome) => {
       settled.add(row.id)
-      pending.push(outcome._tag === "Delivered" ? { row, decision: deliveredDecision } : { row, outcome })
+      pending.push({ row, outcome })
     }
 
     const count = (recorded: Recorded) => {
