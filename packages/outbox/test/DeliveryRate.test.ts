@@ -39,4 +39,49 @@ describe("delivery rate: partial grants through the RateLimiterStore port", () =
       const [count] = yield* rival(1)
       expect(count).toBe(policy.limit + 1)
     }))
+  it.effect("three asks at most, then nothing this tick: a rival that takes a token after each refusal leaves the tenant ungranted after exactly three asks, with tokens left for the next tick", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const shared = yield* memoryStore
+      const refillRate = Duration.unsafeDivide(policy.window, policy.limit)
+      const rival = (tokens: number) => shared.fixedWindow({ key: policy.key, tokens, refillRate, limit: policy.limit })
+      yield* rival(1)
+      let calls = 0
+      const racing: RateLimiter.RateLimiterStore["Type"] = {
+        ...shared,
+        fixedWindow: (options) => Effect.tap(shared.fixedWindow(options), () => (++calls <= 3 ? rival(1) : Effect.void))
+      }
+      expect((yield* takeUpTo(racing, { ...policy, wanted: 5 })).granted).toBe(0)
+      expect(calls).toBe(3)
+      // The window still has one token: the next tick gets it.
+      expect(yield* takeUpTo(shared, { ...policy, wanted: 5 })).toEqual({ granted: 1, exhaustedFor: Duration.hours(1) })
+    }))
+
+  it.effect("a window a rival fills between our refusal and the next ask is not asked again: nothing granted, the tenant skipped until it resets", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const shared = yield* memoryStore
+      const refillRate = Duration.unsafeDivide(policy.window, policy.limit)
+      const rival = (tokens: number) => shared.fixedWindow({ key: policy.key, tokens, refillRate, limit: policy.limit })
+      yield* rival(3)
+      let calls = 0
+      const racing: RateLimiter.RateLimiterStore["Type"] = {
+        ...shared,
+        fixedWindow: (options) => Effect.tap(shared.fixedWindow(options), () => (++calls === 1 ? rival(2) : Effect.void))
+      }
+      expect(yield* takeUpTo(racing, { ...policy, wanted: 4 })).toEqual({ granted: 0, exhaustedFor: Duration.hours(1) })
+      expect(calls).toBe(2)
+    }))
+
+  it.effect("nothing wanted asks the store nothing and grants nothing", () =>
+    Effect.gen(function*() {
+      const shared = yield* memoryStore
+      let calls = 0
+      const counting: RateLimiter.RateLimiterStore["Type"] = {
+        ...shared,
+        fixedWindow: (options) => Effect.tap(shared.fixedWindow(options), () => Effect.sync(() => calls++))
+      }
+      expect((yield* takeUpTo(counting, { ...policy, wanted: 0 })).granted).toBe(0)
+      expect(calls).toBe(0)
+    }))
 })
