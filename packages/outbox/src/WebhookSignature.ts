@@ -44,8 +44,9 @@ export const verifyWebhook = (input: {
   return input.signatureHeader.split(" ").some((entry) => {
     const [scheme, value] = entry.split(",", 2)
     if (scheme !== SCHEME || value === undefined) return false
+    // Ed25519 verification itself refuses a signature of any length other than 64 bytes.
     const signature = Buffer.from(value, "base64")
-    return signature.length === 64 && keys.some((key) => verify(null, content, key, signature))
+    return keys.some((key) => verify(null, content, key, signature))
   })
 }
 
@@ -81,6 +82,7 @@ export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/ou
     /** The three Standard Webhooks headers for one attempt; the timestamp is the attempt's, from the Clock. */
     const headers = (tenant: TenantId, keyId: Option.Option<KeyId>, id: string, body: string) =>
       Effect.gen(function*() {
+        // Stryker disable next-line ConditionalExpression: without it the key source is asked for key id undefined, which it never holds, and its refusal maps to the same WebhookKeyUnavailable
         if (Option.isNone(keyId)) return yield* new WebhookKeyUnavailable({ tenant })
         const timestamp = Math.floor((yield* Clock.currentTimeMillis) / 1000)
         const signature = yield* source.sign(tenant, keyId.value, signedContent(id, timestamp, body)).pipe(
@@ -96,9 +98,12 @@ export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/ou
     /** Reads the active key of each tenant now; the returned function signs this batch's attempts with them. */
     const forBatch = (tenants: Iterable<TenantId>) =>
       Effect.map(
-        Effect.forEach(tenants, (tenant) => Effect.map(activeKey(tenant), (keyId) => [tenant, keyId] as const), {
-          concurrency: 4
-        }),
+        Effect.forEach(
+          tenants,
+          (tenant) => Effect.map(activeKey(tenant), (keyId) => [tenant, keyId] as const),
+          // Stryker disable next-line ObjectLiteral: how many tenants' keys are read at a time changes only the timing, never the keys found
+          { concurrency: 4 }
+        ),
         (entries) => {
           const active = new Map(entries)
           return (tenant: TenantId, id: string, body: string) =>
