@@ -2,7 +2,7 @@ import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { ProjectId, Signer, TenantId } from "@delivery/signer"
 import { connect, TestDatabase } from "@delivery/testing"
-import { Effect, Layer, Option } from "effect"
+import { Deferred, Effect, Fiber, Layer, Option } from "effect"
 import { requestFingerprint } from "../src/Outbox.ts"
 import { MessageId, Outbox, OutboxSettings } from "../src/index.ts"
 import { fastSettings, KeySourceLive, request, resetOutbox, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
@@ -148,12 +148,19 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox service rules (spec 000
       const url = (yield* TestDatabase).url
       const read = yield* Effect.scoped(Effect.gen(function*() {
         const other = yield* connect(url)
-        return yield* other.withTransaction(
-          Effect.zipRight(
-            other`SELECT id FROM outbox_messages WHERE id = ${id!} FOR UPDATE`,
-            outbox.message(acme, web, MessageId.make(id!)).pipe(Effect.timeout("2 seconds"), Effect.option)
+        const locked = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const holder = yield* Effect.fork(other.withTransaction(
+          other`SELECT id FROM outbox_messages WHERE id = ${id!} FOR UPDATE`.pipe(
+            Effect.zipRight(Deferred.succeed(locked, undefined)),
+            Effect.zipRight(Deferred.await(release))
           )
-        )
+        ))
+        yield* Deferred.await(locked)
+        const found = yield* outbox.message(acme, web, MessageId.make(id!)).pipe(Effect.timeout("2 seconds"), Effect.option)
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(holder)
+        return found
       }))
       expect(Option.isSome(read)).toBe(true)
     }))
