@@ -8,6 +8,7 @@ import { randomUUID } from "node:crypto"
  * the response to the request's audit rows and log lines. 32 lower-case hex digits, so it is safe to log,
  * to store and to put in a header.
  */
+// Stryker disable next-line StringLiteral: a brand is a compile-time tag; decoding never reads its name
 export const CorrelationId = Schema.String.pipe(Schema.pattern(/^[0-9a-f]{32}$/), Schema.brand("CorrelationId"))
 export type CorrelationId = typeof CorrelationId.Type
 
@@ -17,6 +18,7 @@ export const CORRELATION_HEADER = "x-correlation-id"
 export const makeCorrelationId = (): CorrelationId => randomUUID().replaceAll("-", "") as CorrelationId
 
 const currentCorrelationId = globalValue(
+  // Stryker disable next-line StringLiteral: the key only has to be the same for every copy of this module; one copy is loaded
   Symbol.for("@delivery/core/Correlation/current"),
   () => FiberRef.unsafeMake<Option.Option<CorrelationId>>(Option.none())
 )

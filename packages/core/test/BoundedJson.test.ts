@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Either, FastCheck as fc } from "effect"
+import { HttpApiSchema, HttpServerRespondable } from "@effect/platform"
+import { Effect, Either, FastCheck as fc, Option, SchemaAST } from "effect"
 import { exceededBound, JsonBodyRefused, makeCorrelationId, parseBounded } from "../src/index.ts"
 
 const bytes = (text: string) => new TextEncoder().encode(text)
@@ -54,4 +55,30 @@ describe("BoundedJson", () => {
     expect({ ...JsonBodyRefused.of("json-too-many-values", correlationId) }).toMatchObject({ limit: 10_000 })
     expect(JsonBodyRefused.of("json-malformed", correlationId).limit).toBeUndefined()
   })
+
+  it("every container counts as a value, commas or not: nested empty containers alone can pass the value bound", () => {
+    expect(exceededBound(bytes("[[[[]]]]"), { maxDepth: 10, maxValues: 3 })).toBe("json-too-many-values")
+    expect(exceededBound(bytes("[[[]]]"), { maxDepth: 10, maxValues: 3 })).toBeUndefined()
+  })
+
+  it("invalid UTF-8 inside a string is json-malformed, never read as a replacement character", () => {
+    const body = new Uint8Array([0x22, 0xff, 0x22])
+    expect(parseBounded(body)).toEqual(Either.left("json-malformed"))
+  })
+
+  it.effect("the refusal is a tagged JsonBodyRefused answering 422 with its JSON form wherever it surfaces, declared as 422 in the API; no limit member when no bound was passed", () =>
+    Effect.gen(function*() {
+      const correlationId = makeCorrelationId()
+      const refused = JsonBodyRefused.of("json-too-deep", correlationId)
+      expect(refused._tag).toBe("JsonBodyRefused")
+      expect("limit" in JsonBodyRefused.of("json-malformed", correlationId)).toBe(false)
+      expect(HttpApiSchema.getStatusError(JsonBodyRefused)).toBe(422)
+      const ast = JsonBodyRefused.ast
+      const described = SchemaAST.getDescriptionAnnotation(SchemaAST.isTransformation(ast) ? ast.to : ast)
+      expect(Option.getOrUndefined(described)).toMatch(/not JSON/)
+      const response = yield* HttpServerRespondable.toResponse(refused)
+      expect(response.status).toBe(422)
+      const body = response.body._tag === "Uint8Array" ? JSON.parse(new TextDecoder().decode(response.body.body)) : undefined
+      expect(body).toEqual({ _tag: "JsonBodyRefused", reason: "json-too-deep", correlationId, limit: 32 })
+    }))
 })
