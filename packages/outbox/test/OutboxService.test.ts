@@ -102,6 +102,22 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox service rules (spec 000
         .toMatchObject({ _tag: "OutboxStorageUnavailable", operation: "redrive" })
     }))
 
+  it.effect("a signing failure for lack of storage inside the enqueue transaction is storage-unavailable naming sign, and stores nothing", () =>
+    Effect.gen(function*() {
+      yield* resetOutbox
+      yield* setupTenant("acme", "web", "https://receiver.example/hooks")
+      const sql = yield* SqlClient.SqlClient
+      const outbox = yield* outboxOver(sql)
+      // The signer's key table is away for the duration: its key read fails inside the transaction.
+      const refused = yield* Effect.acquireUseRelease(
+        sql`ALTER TABLE signer_keys RENAME TO signer_keys_away`,
+        () => Effect.flip(outbox.enqueue(request("acme", "web"))),
+        () => Effect.orDie(sql`ALTER TABLE signer_keys_away RENAME TO signer_keys`)
+      )
+      expect(refused).toMatchObject({ _tag: "OutboxStorageUnavailable", operation: "sign" })
+      expect(yield* sql`SELECT count(*)::int AS n FROM outbox_messages`).toEqual([{ n: 0 }])
+    }))
+
   it.effect("Dead letters: a page that holds the last row has no next cursor; one more row gives a cursor to exactly that row", () =>
     Effect.gen(function*() {
       yield* resetOutbox
