@@ -12,6 +12,8 @@ import { declareValuePlugin, PluginKind } from "@stryker-mutator/api/plugin"
  *   still mutated, and so is the removal of a block that contains a log call.
  * - `effect-service-keys`: the key string of `Context.Tag("key")` and `Effect.Service<S>()("key", ...)`. A key
  *   is an identity; one mutant at a time cannot make two services collide.
+ * - `effect-span-names`: the name string of `Effect.fn("name")` and `Effect.withSpan("name", ...)`, which only
+ *   a tracer reads.
  */
 
 /** The parts of Babel's AST that the ignorers read (Stryker hands over Babel `NodePath`s). */
@@ -77,7 +79,21 @@ export const effectServiceKeys: Ignorer = {
   }
 }
 
+const SPAN_CALLS = new Set(["fn", "withSpan"])
+
+export const effectSpanNames: Ignorer = {
+  shouldIgnore(path) {
+    const { node, parent } = path as BabelPath
+    if (node.type !== "StringLiteral" || parent === null || parent.type !== "CallExpression") return undefined
+    const args = parent.arguments
+    if (!Array.isArray(args) || args[0] !== node) return undefined
+    const name = memberName(parent.callee, "Effect")
+    return name !== undefined && SPAN_CALLS.has(name) ? `Effect.${name} name: read by tracers only` : undefined
+  }
+}
+
 export const strykerPlugins = [
   declareValuePlugin(PluginKind.Ignore, "effect-logs", effectLogs),
-  declareValuePlugin(PluginKind.Ignore, "effect-service-keys", effectServiceKeys)
+  declareValuePlugin(PluginKind.Ignore, "effect-service-keys", effectServiceKeys),
+  declareValuePlugin(PluginKind.Ignore, "effect-span-names", effectSpanNames)
 ]

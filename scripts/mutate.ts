@@ -238,7 +238,7 @@ const options: PartialStrykerOptions = {
   // `--trace`: Stryker's own log, test runs' output included, in stryker.log.
   ...(flags.trace ? { fileLogLevel: "trace" } as PartialStrykerOptions : {}),
   plugins: ["@stryker-mutator/*", join(root, "scripts/mutate-vitest-runner.ts"), join(root, "scripts/mutate-ignorers.ts")],
-  ignorers: ["effect-logs", "effect-service-keys"],
+  ignorers: ["effect-logs", "effect-service-keys", "effect-span-names"],
   ignorePatterns: ["/.data", "/reports", "/.stryker-tmp", "*.log"],
   // One folder per run, so an interrupted run can remove its own sandbox without touching another run's.
   tempDirName: tempDir,

@@ -83,10 +83,7 @@ export const runMigrations = (directory: string = defaultMigrationsDirectory) =>
     )
     yield* verifyMigrations(directory)
     return applied
-  }).pipe(
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
-    Effect.withSpan("Migrations.run")
-  )
+  }).pipe(Effect.withSpan("Migrations.run"))
 
 /** Fails unless every migration file is recorded as applied under its own name. */
 export const verifyMigrations = (directory: string = defaultMigrationsDirectory) =>

@@ -77,7 +77,6 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
      * in the Authentication middleware; the body limit before that, in the route's intake. Every step
      * below refuses with a stable reason, and every refusal after authentication is audited.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const receive = Effect.fn("EnvelopeInbox.receive")(function* ({ body, correlationId, identity }: ReceiveInput) {
       // The configured sync limiter: after authentication, before any route, key, signature or database work.
       yield* limiter.admit(identity).pipe(
@@ -179,7 +178,6 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
      * duplicates of retained identities) and moves the cursor over them and the retained run above.
      * The floor never goes down: a lower value changes nothing. Creates the stream when it is new.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const raiseReplayFloor = Effect.fn("EnvelopeInbox.raiseReplayFloor")(function* (key: StreamKey, floor: number) {
       if (!Number.isSafeInteger(floor) || floor < 0) return yield* Effect.dieMessage("a replay floor is an integer 0..2^53-1")
       const at = yield* now
@@ -195,7 +193,6 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       )
     })
 
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const stream = Effect.fn("EnvelopeInbox.stream")(function* (key: StreamKey) {
       return Option.map(yield* repo.findStream(key), (found) => toState(key, found))
     })

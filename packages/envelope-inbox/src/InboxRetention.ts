@@ -29,7 +29,6 @@ export class InboxRetention extends Effect.Service<InboxRetention>()("@delivery/
      * Deletes payloads that expired before `at` (default: now, from Effect's Clock), until a batch comes back
      * short or `maxBatches` statements have run.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const sweep = Effect.fn("InboxRetention.sweep")(function* (at?: Date, maxBatches: number = MAX_BATCHES_PER_SWEEP) {
       const now = at ?? new Date(yield* Clock.currentTimeMillis)
       const batches: Array<number> = []

@@ -29,7 +29,6 @@ export class SyncLimiter extends Effect.Service<SyncLimiter>()("@delivery/envelo
     const limiter = yield* RateLimiter.RateLimiter
     const { limit, window } = yield* SyncLimitConfig
 
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const admit = Effect.fn("SyncLimiter.admit")(function* (identity: VerifiedIdentity) {
       yield* limiter.consume({ key: syncKey(identity), limit, window, algorithm: "fixed-window", onExceeded: "fail" }).pipe(
         Effect.catchAll((error): Effect.Effect<never, SyncLimitExceeded | SyncLimitUnavailable> =>

@@ -94,7 +94,6 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
      * idempotencyKey), all in one transaction. The same key again returns the original envelope
      * unchanged; the same key with other content is refused (`idempotency-key-conflict`).
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const enqueue = Effect.fn("Outbox.enqueue")(function*(request: EnqueueRequest) {
       const maxAttempts = request.maxAttempts ?? defaultMaxAttempts
       const fingerprint = requestFingerprint(request.envelope, maxAttempts)
@@ -129,7 +128,6 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
     })
 
     /** Registers or replaces the tenant/project's target, with its audit row, in one transaction. */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const registerTarget = Effect.fn("Outbox.registerTarget")(
       function*(tenant: TenantId, project: ProjectId, endpoint: string, actor: string) {
         const valid = yield* Either.mapLeft(
@@ -148,14 +146,12 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
       }
     )
 
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const target = Effect.fn("Outbox.target")(function*(tenant: TenantId, project: ProjectId) {
       const row = yield* repo.findTarget({ tenant, project })
       return Option.map(row, (r) =>
         new DeliveryTarget({ tenant, project, endpoint: r.endpoint, createdAt: r.created_at, updatedAt: r.updated_at }))
     })
 
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const message = Effect.fn("Outbox.message")(function*(tenant: TenantId, project: ProjectId, id: MessageId) {
       const row = yield* repo.findInScope({ tenant, project, id, lock: false })
       if (Option.isNone(row)) return yield* new MessageNotFound({ reason: "message-not-found", id })
@@ -166,7 +162,6 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
      * One page of dead letters of exactly one tenant/project, oldest first. A requested size above
      * 100 is clamped to 100 (spec 000: "a maximum page of 100").
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const deadLetters = Effect.fn("Outbox.deadLetters")(
       function*(tenant: TenantId, project: ProjectId, options: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
         const size = Math.min(Math.max(Math.floor(options.limit ?? PAGE_LIMIT), 1), PAGE_LIMIT)
@@ -185,7 +180,6 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
      * counter continues (never reset) and the ceiling moves up by `maxAttempts` (default: the
      * message's own). The audit row commits in the same transaction.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const redrive = Effect.fn("Outbox.redrive")(
       function*(tenant: TenantId, project: ProjectId, id: MessageId, actor: string, maxAttempts?: number) {
         return yield* repo.transaction("redrive", Effect.gen(function*() {

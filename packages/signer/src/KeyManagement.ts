@@ -46,7 +46,6 @@ export const makeKeyManagement = (repo: SignerRepo, window: Duration.DurationInp
   })
 
   /** Enrols a tenant's first (or next, once none is active) key. Same key again: the stored row, unchanged. */
-  // Stryker disable next-line StringLiteral: the span's name is for tracing only
   const register = Effect.fn("Signer.registerKey")(
     function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey, by: KeyActor) {
       return yield* repo.transaction("registerKey", Effect.gen(function*() {
@@ -72,7 +71,6 @@ export const makeKeyManagement = (repo: SignerRepo, window: Duration.DurationInp
    * Adds `keyId` as the active key and retires the previous one, which keeps verifying for the
    * replay window (spec 000: old public keys remain verifiable for the retention/replay window).
    */
-  // Stryker disable next-line StringLiteral: the span's name is for tracing only
   const rotate = Effect.fn("Signer.rotate")(
     function*(tenant: TenantId, keyId: KeyId, publicKey: RawPublicKey, by: KeyActor) {
       return yield* repo.transaction("rotate", Effect.gen(function*() {
@@ -97,7 +95,6 @@ export const makeKeyManagement = (repo: SignerRepo, window: Duration.DurationInp
   )
 
   /** Stops verification at once; the row stays (refusing its envelopes) until `purgeRevoked`. */
-  // Stryker disable next-line StringLiteral: the span's name is for tracing only
   const revoke = Effect.fn("Signer.revoke")(function*(tenant: TenantId, keyId: KeyId, by: KeyActor) {
     return yield* repo.transaction("revoke", Effect.gen(function*() {
       yield* repo.lockTenant(tenant)

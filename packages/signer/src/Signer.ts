@@ -69,7 +69,6 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
      * replayed, so their identity may go (spec 000: revoked keys are removed only after that).
      * Each batch and its `purge` audit rows are one statement.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const purgeRevoked = Effect.fn("Signer.purgeRevoked")(function*(by?: KeyActor) {
       const at = yield* now
       const actor = by ?? (yield* systemActor("signer-purge"))
@@ -81,7 +80,6 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
       }
     })
 
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const keys = Effect.fn("Signer.keys")(function*(tenant: TenantId) {
       return yield* repo.listForTenant(tenant)
     })
@@ -90,7 +88,6 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
      * Looks the key up only under `tenant`, which must be the verified tenant: another tenant's
      * key id is simply not there ("key-unknown"), so its existence is never disclosed.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const resolveVerificationKey = Effect.fn("Signer.resolveVerificationKey")(function*(tenant: TenantId, keyId: KeyId) {
       const found = yield* repo.find(tenant, keyId)
       if (Option.isNone(found)) return yield* new KeyRefused({ reason: "key-unknown", tenant, keyId })
@@ -107,7 +104,6 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
      * Step 3 of spec 000. `verifiedTenant` is the authenticated tenant when the caller has one; the
      * route must name it (step 2 compares it first; this keeps the key lookup inside that scope).
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const verify = Effect.fn("Signer.verify")(function*(envelope: Envelope, verifiedTenant?: TenantId) {
       const tenant = verifiedTenant ?? envelope.route.tenant
       const { keyId } = envelope
@@ -126,7 +122,6 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
      * against the registered public key, so a misconfigured source never emits an envelope that
      * receivers would refuse.
      */
-    // Stryker disable next-line StringLiteral: the span's name is for tracing only
     const sign = Effect.fn("Signer.sign")(function*(request: SignRequest) {
       const tenant = request.route.tenant
       const active = yield* repo.findActive(tenant)
