@@ -1,22 +1,23 @@
 /**
- * `bun run mutate <package> [options]`: mutation testing of one package with StrykerJS and its `command` test
- * runner. Slow by nature (one full run of the package's tests per mutant); not part of `bun run test` or CI.
+ * `bun run mutate <package> [options]`: mutation testing of one package with StrykerJS. By default through Stryker's
+ * vitest runner (scripts/mutate-vitest-runner.ts), each mutant against the tests that reached it; `--runner command`
+ * runs the package's whole test command per mutant instead. Minutes to an hour per package; not part of CI.
  *
  *   --files <glob,...>     mutate these instead of the package's modules (`file:12-40` narrows to lines)
  *   --tests <path,...>     test paths for vitest instead of `packages/<package>`
- *   --concurrency <n>      test runs at a time (default 1: each run already uses both cores)
+ *   --concurrency <n>      test runners at a time (default 1)
+ *   --runner <vitest|command>
  *   --count                instrument only: count the mutants per file, run no test (seconds)
- *   --dry-run              one run of the test command inside the sandbox: its time is the time per mutant
- *   --incremental          reuse results of the previous run for mutants whose code did not change
+ *   --dry-run              only the initial run inside the sandbox
+ *   --incremental          reuse results of the previous run for mutants whose code and tests did not change
  *   --report               print the summary of the last run again, run nothing
  *   --keep                 keep the sandbox (`.stryker-tmp/run-<pid>`) to look into a failing initial run
  *
- * How it works (see docs/testing.md): Stryker copies the repository into `.stryker-tmp/run-<pid>/sandbox-*`, instruments
- * the modules there with every mutant behind a switch, installs the workspace into the sandbox (`bun install
- * --frozen-lockfile`, so `@delivery/*` imports resolve to the sandbox's mutated copies, not to this checkout),
- * then runs `bunx --bun vitest run <tests>` once per mutant with `__STRYKER_ACTIVE_MUTANT__` set. vitest's
- * workers inherit it and `spawnBun` passes it on to real `bun` processes. One throwaway PostgreSQL cluster
- * serves every run (`DATABASE_URL`), so a run does not pay for initdb. Reports go to `reports/mutation/<package>/`.
+ * How it works (docs/testing.md): Stryker copies the repository into `.stryker-tmp/run-<pid>/sandbox-*`, instruments
+ * the modules there with every mutant behind a switch, and installs the workspace into the sandbox (`bun install
+ * --frozen-lockfile`, so `@delivery/*` imports resolve to the sandbox's mutated copies, not to this checkout). Tests
+ * run with `__STRYKER_ACTIVE_MUTANT__` set; `spawnBun` passes it on to real `bun` processes. One throwaway
+ * PostgreSQL cluster serves every run (`DATABASE_URL`). Reports go to `reports/mutation/<package>/`.
  */
 import { startCluster } from "@delivery/testing"
 import type { PartialStrykerOptions } from "@stryker-mutator/api/core"
