@@ -2,8 +2,6 @@ import { Backoff, integerBetween, positiveDuration } from "@delivery/core"
 import { Config, ConfigError, ConfigProvider, Context, Duration, Effect, Either, Layer } from "effect"
 import { CLAIM_LIMIT, MAX_ATTEMPTS_LIMIT } from "./Domain.ts"
 
-const integer = integerBetween
-
 const duration = positiveDuration
 
 const fraction = (name: string, fallback: number) =>
@@ -20,15 +18,15 @@ const fraction = (name: string, fallback: number) =>
  * key `tenant-scheduler-delivery:<tenant>`, one token per envelope claimed.
  */
 export const SyncPolicyConfig = Config.all({
-  limit: integer("SYNC_INGEST_LIMIT", 1, 1_000_000_000, 600),
+  limit: integerBetween("SYNC_INGEST_LIMIT", 1, 1_000_000_000, 600),
   window: duration("SYNC_INGEST_WINDOW", "1 minute")
 })
 export type SyncPolicy = Config.Config.Success<typeof SyncPolicyConfig>
 
 const fields = Config.all({
-  batchSize: integer("OUTBOX_BATCH_SIZE", 1, CLAIM_LIMIT, CLAIM_LIMIT),
-  claimers: integer("OUTBOX_CLAIMERS", 1, 32, 2),
-  concurrency: integer("OUTBOX_CONCURRENCY", 1, 1_000, 20),
+  batchSize: integerBetween("OUTBOX_BATCH_SIZE", 1, CLAIM_LIMIT, CLAIM_LIMIT),
+  claimers: integerBetween("OUTBOX_CLAIMERS", 1, 32, 2),
+  concurrency: integerBetween("OUTBOX_CONCURRENCY", 1, 1_000, 20),
   requestTimeout: duration("OUTBOX_REQUEST_TIMEOUT", "10 seconds"),
   cycleTimeout: duration("OUTBOX_CYCLE_TIMEOUT", "1 minute"),
   lease: duration("OUTBOX_LEASE", "90 seconds"),
@@ -37,7 +35,7 @@ const fields = Config.all({
   backoffCap: duration("OUTBOX_BACKOFF_CAP", "1 hour"),
   backoffJitter: fraction("OUTBOX_BACKOFF_JITTER", 0.2),
   retryAfterMax: duration("OUTBOX_RETRY_AFTER_MAX", "1 hour"),
-  defaultMaxAttempts: integer("OUTBOX_DEFAULT_MAX_ATTEMPTS", 1, MAX_ATTEMPTS_LIMIT, 10),
+  defaultMaxAttempts: integerBetween("OUTBOX_DEFAULT_MAX_ATTEMPTS", 1, MAX_ATTEMPTS_LIMIT, 10),
   syncPolicy: SyncPolicyConfig
 })
 
