@@ -1,7 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { JsonBodyRefused } from "@delivery/core"
-import { EnvelopeInboxApi } from "@delivery/envelope-inbox"
-import { IdentityApi } from "@delivery/identity"
+import { EnvelopeInboxApi, InboxStreamsApi } from "@delivery/envelope-inbox"
+import { IdentityApi, ProvisioningApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
@@ -15,7 +15,9 @@ import { withoutDecodeError } from "./RequestInvalid.ts"
 export class Api extends HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdentityApi)
+  .add(ProvisioningApi)
   .add(EnvelopeInboxApi)
+  .add(InboxStreamsApi)
   .add(SignerApi)
   .add(OutboxOperatorApi)
   .add(OutboxApi)

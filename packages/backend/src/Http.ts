@@ -1,8 +1,8 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
-import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive } from "@delivery/identity"
+import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, ProvisioningHttpLive } from "@delivery/identity"
 import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
-import { EnvelopeInboxHttpLive } from "@delivery/envelope-inbox"
+import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
@@ -15,7 +15,9 @@ import { requestInvalid } from "./RequestInvalid.ts"
 export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(HealthHttpLive),
   Layer.provide(IdentityHttpLive),
+  Layer.provide(ProvisioningHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
+  Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),
   Layer.provide(OutboxOperatorHttpLive),
   Layer.provide(OutboxHttpLive),

@@ -1,6 +1,7 @@
 import type { VerifiedIdentity } from "@delivery/identity"
 import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
 import { RateLimiter } from "@effect/experimental"
+import { makeCorrelationId } from "@delivery/core"
 import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
 import { type KeyObject, verify } from "node:crypto"
 import {
@@ -20,6 +21,12 @@ import * as Stages from "./EnvelopeStages.ts"
 import { PayloadRetentionConfig } from "./InboxConfig.ts"
 import { auditContextOf, type AuditRow, InboxRepo, type StorageFailure, type StreamKey } from "./InboxRepo.ts"
 import { RefusalAudit } from "./RefusalAudit.ts"
+
+/** Who changes a stream's floor and under which request: its audit row's actor and correlation id. */
+export interface FloorActor {
+  readonly actor: string
+  readonly correlationId: string
+}
 import { SyncLimiter } from "./SyncLimiter.ts"
 
 export interface ReceiveInput {
@@ -177,27 +184,43 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
      * Operator action: closes every sequence up to `floor` (they will only ever be acknowledged as
      * duplicates of retained identities) and moves the cursor over them and the retained run above.
      * The floor never goes down: a lower value changes nothing. Creates the stream when it is new.
+     * The change and its `inbox_stream_audit` row (also for `unchanged`) commit in one transaction.
      */
-    const raiseReplayFloor = Effect.fn("EnvelopeInbox.raiseReplayFloor")(function* (key: StreamKey, floor: number) {
-      if (!Number.isSafeInteger(floor) || floor < 0) return yield* Effect.dieMessage("a replay floor is an integer 0..2^53-1")
-      const at = yield* now
-      return yield* repo.transaction(
-        "raiseReplayFloor",
-        Effect.gen(function* () {
-          const stream = yield* repo.lockStream(key, at)
-          if (floor <= stream.replayFloor) return toState(key, stream)
-          const cursor = yield* repo.runEnd(stream.streamId, Math.max(stream.cursor, floor))
-          yield* repo.raiseFloor({ streamId: stream.streamId, floor, cursor })
-          return toState(key, { cursor, replayFloor: floor, highSequence: stream.highSequence })
-        })
-      )
-    })
+    const raiseReplayFloorAs = Effect.fn("EnvelopeInbox.raiseReplayFloor")(
+      function* (key: StreamKey, floor: number, by?: FloorActor) {
+        if (!Number.isSafeInteger(floor) || floor < 0) return yield* Effect.dieMessage("a replay floor is an integer 0..2^53-1")
+        const actor = by ?? { actor: "system:envelope-inbox", correlationId: makeCorrelationId() }
+        const at = yield* now
+        return yield* repo.transaction(
+          "raiseReplayFloor",
+          Effect.gen(function* () {
+            const stream = yield* repo.lockStream(key, at)
+            const audit = (outcome: "applied" | "unchanged", floorAfter: number) =>
+              repo.insertFloorAudit({ ...key, ...actor, outcome, floorBefore: stream.replayFloor, floorAfter, requested: floor, at })
+            if (floor <= stream.replayFloor) {
+              yield* audit("unchanged", stream.replayFloor)
+              return { state: toState(key, stream), outcome: "unchanged" as const }
+            }
+            const cursor = yield* repo.runEnd(stream.streamId, Math.max(stream.cursor, floor))
+            yield* repo.raiseFloor({ streamId: stream.streamId, floor, cursor })
+            yield* audit("applied", floor)
+            return {
+              state: toState(key, { cursor, replayFloor: floor, highSequence: stream.highSequence }),
+              outcome: "applied" as const
+            }
+          })
+        )
+      }
+    )
+
+    const raiseReplayFloor = (key: StreamKey, floor: number, by?: FloorActor) =>
+      Effect.map(raiseReplayFloorAs(key, floor, by), (raised) => raised.state)
 
     const stream = Effect.fn("EnvelopeInbox.stream")(function* (key: StreamKey) {
       return Option.map(yield* repo.findStream(key), (found) => toState(key, found))
     })
 
-    return { receive, raiseReplayFloor, stream } as const
+    return { receive, raiseReplayFloor, raiseReplayFloorAs, stream } as const
   }),
   dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}

@@ -112,6 +112,17 @@ const commitFailureAsError = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.E
   Effect.catchSomeDefect(effect, (defect) =>
     Predicate.isTagged(defect, "SqlError") ? Option.some(Effect.fail(defect as SqlError.SqlError)) : Option.none())
 
+/** Who raised (or tried to raise) a stream's replay floor, from what to what. */
+export interface FloorAuditRow extends StreamKey {
+  readonly outcome: "applied" | "unchanged"
+  readonly floorBefore: number
+  readonly floorAfter: number
+  readonly requested: number
+  readonly actor: string
+  readonly at: Date
+  readonly correlationId: string
+}
+
 export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-inbox/InboxRepo", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
@@ -207,6 +218,13 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
           sql`INSERT INTO inbox_audit ${countedColumns} VALUES ${sql.csv(rows.map(countedValues))}`.withoutTransform
         )),
       raiseFloor: (r: { streamId: number; floor: number; cursor: number }) => storage("raiseFloor")(Effect.asVoid(raiseFloor(r))),
+      /** Inside the floor change's transaction (migrations/0011_inbox_stream_audit.sql). */
+      insertFloorAudit: (a: FloorAuditRow) =>
+        storage("insertFloorAudit")(Effect.asVoid(sql`
+          INSERT INTO inbox_stream_audit
+            (tenant, project, producer, action, outcome, floor_before, floor_after, requested, actor, at, correlation_id)
+          VALUES (${a.tenant}, ${a.project}, ${a.producer}, 'replay-floor-raise', ${a.outcome}, ${a.floorBefore},
+                  ${a.floorAfter}, ${a.requested}, ${a.actor}, ${a.at}, ${a.correlationId})`.withoutTransform)),
       /**
        * One retention batch in its own transaction under the restricted role: the statement runs with
        * privileges on inbox_payloads only, whatever it says (spec 000: "can delete only the payload table").

@@ -15,3 +15,6 @@ export {
 export { FLUSH_FAILED, MAX_PENDING_WINDOWS, REFUSAL_FLUSH_INTERVAL, RefusalAudit } from "./RefusalAudit.ts"
 export { contiguousCursor } from "./StreamRules.ts"
 export { SyncLimiter, syncKey } from "./SyncLimiter.ts"
+export { type FloorActor } from "./EnvelopeInbox.ts"
+export { InboxStreamsApi, RaiseReplayFloor, ReplayFloorRaised, StreamNotFound, StreamView } from "./StreamsApi.ts"
+export { InboxStreamsHttpLive } from "./StreamsHttp.ts"

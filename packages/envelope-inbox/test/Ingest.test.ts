@@ -204,7 +204,7 @@ layer(SuiteLive(), { excludeTestServices: true })("POST /controlplane/v1/envelop
       expect(yield* streamOf(p.tenant, "new-laptop")).toEqual({ cursor: 0, floor: 0, high: 0 })
     }))
 
-  it.effect("a replay floor at or below the current one changes nothing: the stream is locked and read, and neither floor nor cursor is written", () =>
+  it.effect("a replay floor at or below the current one changes nothing: the stream is locked and read, neither floor nor cursor is written, and the request is audited as unchanged", () =>
     Effect.gen(function* () {
       const p = yield* producer()
       const inbox = yield* EnvelopeInbox
@@ -217,7 +217,8 @@ layer(SuiteLive(), { excludeTestServices: true })("POST /controlplane/v1/envelop
         expect(yield* inbox.raiseReplayFloor(key, floor)).toMatchObject({ cursor: 3, replayFloor: 3, highSequence: 5 })
         const statements = (yield* counter.statements).slice(before).map((s) => s.trim())
         expect(statements.filter((s) => !/^(BEGIN|COMMIT|SAVEPOINT|RELEASE)/i.test(s))).toEqual([
-          expect.stringMatching(/^INSERT INTO inbox_streams/)
+          expect.stringMatching(/^INSERT INTO inbox_streams/),
+          expect.stringMatching(/^INSERT INTO inbox_stream_audit/)
         ])
       }
       expect(yield* streamOf(p.tenant)).toEqual({ cursor: 3, floor: 3, high: 5 })

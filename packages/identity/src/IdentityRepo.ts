@@ -1,4 +1,4 @@
-import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
+import { SqlClient, SqlError, SqlSchema } from "@effect/sql"
 import { Effect, Option, type ParseResult, Schema } from "effect"
 import { IdentityStorageUnavailable } from "./Domain.ts"
 
@@ -34,6 +34,64 @@ export type AccountRow = typeof AccountRow.Type
 
 const Returned = Schema.Struct({ found: Schema.Literal(1) })
 
+export const TenantRow = Schema.Struct({ id: Schema.String, created_at: Schema.DateFromSelf })
+export type TenantRow = typeof TenantRow.Type
+
+export const AccountViewRow = Schema.Struct({
+  tenant_id: Schema.String,
+  id: Schema.String,
+  email: Schema.String,
+  enabled: Schema.Boolean,
+  has_password: Schema.Boolean,
+  created_at: Schema.DateFromSelf
+})
+export type AccountViewRow = typeof AccountViewRow.Type
+
+const credentialViewColumns = {
+  lookup_id: Schema.String,
+  tenant_id: Schema.String,
+  account_id: Schema.String,
+  expires_at: Schema.NullOr(Schema.DateFromSelf),
+  revoked_at: Schema.NullOr(Schema.DateFromSelf),
+  created_at: Schema.DateFromSelf
+}
+
+export const ApiKeyViewRow = Schema.Struct({
+  ...credentialViewColumns,
+  kind: Schema.Literal("board", "agent"),
+  name: Schema.String,
+  permissions: Schema.Array(Schema.String)
+})
+export type ApiKeyViewRow = typeof ApiKeyViewRow.Type
+
+export const DeviceCredentialViewRow = Schema.Struct({ ...credentialViewColumns, device_id: Schema.String })
+export type DeviceCredentialViewRow = typeof DeviceCredentialViewRow.Type
+
+/** One `identity_audit` row (migrations/0010_identity_audit.sql): ids and codes only. */
+export interface AuditEntry {
+  readonly tenant: string
+  readonly action:
+    | "tenant-create"
+    | "account-create"
+    | "account-disable"
+    | "account-enable"
+    | "api-key-issue"
+    | "api-key-revoke"
+    | "device-credential-issue"
+    | "device-credential-revoke"
+  readonly subject: string
+  readonly outcome: "applied" | "unchanged"
+  readonly actor: string
+  readonly correlationId: string
+  readonly at: Date
+}
+
+/** Keyset paging by id: `after` is the last id of the previous page. */
+export interface PageRequest {
+  readonly after: string | null
+  readonly limit: number
+}
+
 export interface NewAccount {
   readonly tenant: string
   readonly id: string
@@ -47,6 +105,7 @@ export interface NewCredential {
   readonly account: string
   readonly secretHash: Uint8Array
   readonly expiresAt: Date | null
+  readonly at: Date
 }
 
 export interface NewApiKey extends NewCredential {
@@ -64,32 +123,40 @@ export interface NewDeviceCredential extends NewCredential {
  * error; a row that does not decode is a bug and dies. Only the SQLSTATE is logged:
  * driver errors may carry statement parameters, and those include hashes.
  */
+const unavailable = (operation: string) => (error: SqlError.SqlError) => {
+  const code = (error.cause as { readonly code?: unknown } | undefined)?.code
+  return Effect.logWarning("identity storage unavailable").pipe(
+    Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
+    Effect.zipRight(Effect.fail(new IdentityStorageUnavailable({ operation })))
+  )
+}
+
 const storage = (operation: string) =>
 <A, R>(effect: Effect.Effect<A, SqlError.SqlError | ParseResult.ParseError, R>) =>
-  effect.pipe(
-    Effect.catchTags({
-      ParseError: (error) => Effect.die(error),
-      SqlError: (error) => {
-        const code = (error.cause as { readonly code?: unknown } | undefined)?.code
-        return Effect.logWarning("identity storage unavailable").pipe(
-          Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
-          Effect.zipRight(Effect.fail(new IdentityStorageUnavailable({ operation })))
-        )
-      }
-    })
-  )
+  effect.pipe(Effect.catchTags({ ParseError: (error) => Effect.die(error), SqlError: unavailable(operation) }))
 
 export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/identity/IdentityRepo", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
+    // Never password_hash itself: whether there is one is all a view needs.
+    const accountColumns = sql.literal("tenant_id, id, email, enabled, password_hash IS NOT NULL AS has_password, created_at")
 
     const insertTenant = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: Returned,
-      execute: (id) => sql`
-        INSERT INTO identity_tenants (id) VALUES (${id})
+      Request: Schema.Struct({ id: Schema.String, at: Schema.DateFromSelf }),
+      Result: TenantRow,
+      execute: (r) => sql`
+        INSERT INTO identity_tenants (id, created_at) VALUES (${r.id}, ${r.at})
         ON CONFLICT (id) DO NOTHING
-        RETURNING 1 AS found`.withoutTransform
+        RETURNING id, created_at`.withoutTransform
+    })
+
+    const listTenants = SqlSchema.findAll({
+      Request: Schema.Struct({ after: Schema.NullOr(Schema.String), limit: Schema.Number }),
+      Result: TenantRow,
+      execute: (r) => sql`
+        SELECT id, created_at FROM identity_tenants
+        WHERE ${r.after === null ? sql`true` : sql`id > ${r.after}`}
+        ORDER BY id LIMIT ${r.limit}`.withoutTransform
     })
 
     const tenantExists = SqlSchema.findOne({
@@ -105,21 +172,39 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
         email: Schema.String,
         passwordHash: Schema.NullOr(Schema.String)
       }),
-      Result: Returned,
+      Result: AccountViewRow,
       execute: (a) => sql`
         INSERT INTO identity_accounts (tenant_id, id, email, password_hash)
         VALUES (${a.tenant}, ${a.id}, ${a.email}, ${a.passwordHash})
         ON CONFLICT (tenant_id, email) DO NOTHING
-        RETURNING 1 AS found`.withoutTransform
+        RETURNING ${accountColumns}`.withoutTransform
     })
 
     const setAccountEnabled = SqlSchema.findOne({
       Request: Schema.Struct({ tenant: Schema.String, account: Schema.String, enabled: Schema.Boolean }),
-      Result: Returned,
+      Result: AccountViewRow,
       execute: (r) => sql`
         UPDATE identity_accounts SET enabled = ${r.enabled}
         WHERE tenant_id = ${r.tenant} AND id = ${r.account}
-        RETURNING 1 AS found`.withoutTransform
+        RETURNING ${accountColumns}`.withoutTransform
+    })
+
+    // FOR UPDATE: the change that follows in the same transaction sees the state it decides on.
+    const lockAccount = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, account: Schema.String }),
+      Result: AccountViewRow,
+      execute: (r) => sql`
+        SELECT ${accountColumns} FROM identity_accounts
+        WHERE tenant_id = ${r.tenant} AND id = ${r.account} FOR UPDATE`.withoutTransform
+    })
+
+    const listAccounts = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, after: Schema.NullOr(Schema.String), limit: Schema.Number }),
+      Result: AccountViewRow,
+      execute: (r) => sql`
+        SELECT ${accountColumns} FROM identity_accounts
+        WHERE tenant_id = ${r.tenant} ${r.after === null ? sql`` : sql`AND id > ${r.after}`}
+        ORDER BY id LIMIT ${r.limit}`.withoutTransform
     })
 
     const findAccountByEmail = SqlSchema.findOne({
@@ -130,36 +215,94 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
         WHERE tenant_id = ${r.tenant} AND email = ${r.email}`.withoutTransform
     })
 
+    const apiKeyColumns = sql.literal(
+      "lookup_id, tenant_id, account_id, kind, name, permissions, expires_at, revoked_at, created_at"
+    )
+    const deviceColumns = sql.literal("lookup_id, tenant_id, account_id, device_id, expires_at, revoked_at, created_at")
+
     // INSERT ... SELECT FROM identity_accounts: a key for an account outside the tenant inserts nothing.
-    const insertApiKey = (key: NewApiKey) =>
-      sql<{ found: 1 }>`
+    const insertApiKey = SqlSchema.findOne({
+      Request: Schema.Any as Schema.Schema<NewApiKey>,
+      Result: ApiKeyViewRow,
+      execute: (key) => sql`
         INSERT INTO identity_api_keys
-          (lookup_id, tenant_id, account_id, kind, name, permissions, secret_hash, expires_at)
+          (lookup_id, tenant_id, account_id, kind, name, permissions, secret_hash, expires_at, created_at)
         SELECT ${key.lookupId}, a.tenant_id, a.id, ${key.kind}, ${key.name}, ${key.permissions}::text[],
-               ${Buffer.from(key.secretHash)}, ${key.expiresAt}
+               ${Buffer.from(key.secretHash)}, ${key.expiresAt}, ${key.at}
         FROM identity_accounts a WHERE a.tenant_id = ${key.tenant} AND a.id = ${key.account}
-        RETURNING 1 AS found`.withoutTransform.pipe(Effect.map((rows) => rows.length > 0))
+        RETURNING ${apiKeyColumns}`.withoutTransform
+    })
 
-    const insertDeviceCredential = (cred: NewDeviceCredential) =>
-      sql<{ found: 1 }>`
+    const insertDeviceCredential = SqlSchema.findOne({
+      Request: Schema.Any as Schema.Schema<NewDeviceCredential>,
+      Result: DeviceCredentialViewRow,
+      execute: (cred) => sql`
         INSERT INTO identity_device_credentials
-          (lookup_id, tenant_id, account_id, device_id, secret_hash, expires_at)
-        SELECT ${cred.lookupId}, a.tenant_id, a.id, ${cred.device}, ${Buffer.from(cred.secretHash)}, ${cred.expiresAt}
+          (lookup_id, tenant_id, account_id, device_id, secret_hash, expires_at, created_at)
+        SELECT ${cred.lookupId}, a.tenant_id, a.id, ${cred.device}, ${Buffer.from(cred.secretHash)}, ${cred.expiresAt},
+               ${cred.at}
         FROM identity_accounts a WHERE a.tenant_id = ${cred.tenant} AND a.id = ${cred.account}
-        RETURNING 1 AS found`.withoutTransform.pipe(Effect.map((rows) => rows.length > 0))
+        RETURNING ${deviceColumns}`.withoutTransform
+    })
 
-    // COALESCE keeps the first revocation time: revoking twice is harmless and does not rewrite history.
-    const revoke = (table: "identity_api_keys" | "identity_device_credentials") =>
+    interface CredentialTable<A, I> {
+      readonly table: string
+      readonly columns: ReturnType<typeof sql.literal>
+      readonly Row: Schema.Schema<A, I>
+    }
+    const apiKeys: CredentialTable<ApiKeyViewRow, typeof ApiKeyViewRow.Encoded> = {
+      table: "identity_api_keys",
+      columns: apiKeyColumns,
+      Row: ApiKeyViewRow
+    }
+    const devices: CredentialTable<DeviceCredentialViewRow, typeof DeviceCredentialViewRow.Encoded> = {
+      table: "identity_device_credentials",
+      columns: deviceColumns,
+      Row: DeviceCredentialViewRow
+    }
+
+    // FOR UPDATE, then the revocation in the same transaction: whether it was already revoked is decided
+    // on the locked row. The first revocation time is kept: revoking twice does not rewrite history.
+    const lockCredential = <A, I>(t: CredentialTable<A, I>) =>
+      SqlSchema.findOne({
+        Request: Schema.Struct({ tenant: Schema.String, id: Schema.String }),
+        Result: t.Row,
+        execute: (r) => sql`
+          SELECT ${t.columns} FROM ${sql(t.table)}
+          WHERE tenant_id = ${r.tenant} AND lookup_id = ${r.id} FOR UPDATE`.withoutTransform
+      })
+
+    const revokeCredential = <A, I>(t: CredentialTable<A, I>) =>
       SqlSchema.findOne({
         Request: Schema.Struct({ tenant: Schema.String, id: Schema.String, at: Schema.DateFromSelf }),
-        Result: Returned,
+        Result: t.Row,
         execute: (r) => sql`
-          UPDATE ${sql(table)} SET revoked_at = COALESCE(revoked_at, ${r.at})
+          UPDATE ${sql(t.table)} SET revoked_at = COALESCE(revoked_at, ${r.at})
           WHERE tenant_id = ${r.tenant} AND lookup_id = ${r.id}
-          RETURNING 1 AS found`.withoutTransform
+          RETURNING ${t.columns}`.withoutTransform
       })
-    const revokeApiKey = revoke("identity_api_keys")
-    const revokeDeviceCredential = revoke("identity_device_credentials")
+
+    const listCredentials = <A, I>(t: CredentialTable<A, I>) =>
+      SqlSchema.findAll({
+        Request: Schema.Struct({
+          tenant: Schema.String,
+          account: Schema.NullOr(Schema.String),
+          after: Schema.NullOr(Schema.String),
+          limit: Schema.Number
+        }),
+        Result: t.Row,
+        execute: (r) => sql`
+          SELECT ${t.columns} FROM ${sql(t.table)}
+          WHERE tenant_id = ${r.tenant}
+            ${r.account === null ? sql`` : sql`AND account_id = ${r.account}`}
+            ${r.after === null ? sql`` : sql`AND lookup_id > ${r.after}`}
+          ORDER BY lookup_id LIMIT ${r.limit}`.withoutTransform
+      })
+
+    const insertAudit = (entry: AuditEntry) => sql`
+      INSERT INTO identity_audit (tenant, action, subject, outcome, actor, at, correlation_id)
+      VALUES (${entry.tenant}, ${entry.action}, ${entry.subject}, ${entry.outcome}, ${entry.actor}, ${entry.at},
+              ${entry.correlationId})`.withoutTransform
 
     const findApiKey = SqlSchema.findOne({
       Request: Schema.Struct({ lookupId: Schema.String, kind: Schema.String }),
@@ -184,26 +327,46 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
     })
 
     const found = Option.isSome
+    // INSERT ... RETURNING and UPDATE ... RETURNING on a row locked in the same transaction cannot come back
+    // empty: a defect, not an outcome.
+    const returned = <A, E, R>(effect: Effect.Effect<Option.Option<A>, E, R>) =>
+      Effect.flatMap(effect, Option.match({ onNone: () => Effect.dieMessage("a RETURNING statement returned no row"), onSome: Effect.succeed }))
 
     return {
-      insertTenant: (id: string) => insertTenant(id).pipe(Effect.map(found), storage("insertTenant")),
+      insertTenant: (id: string, at: Date) => insertTenant({ id, at }).pipe(storage("insertTenant")),
+      listTenants: (page: PageRequest) => listTenants(page).pipe(storage("listTenants")),
       tenantExists: (id: string) => tenantExists(id).pipe(Effect.map(found), storage("tenantExists")),
-      insertAccount: (a: NewAccount) =>
-        insertAccount(a).pipe(Effect.map(found), storage("insertAccount")),
+      insertAccount: (a: NewAccount) => insertAccount(a).pipe(storage("insertAccount")),
+      lockAccount: (tenant: string, account: string) => lockAccount({ tenant, account }).pipe(storage("lockAccount")),
       setAccountEnabled: (tenant: string, account: string, enabled: boolean) =>
-        setAccountEnabled({ tenant, account, enabled }).pipe(Effect.map(found), storage("setAccountEnabled")),
+        setAccountEnabled({ tenant, account, enabled }).pipe(returned, storage("setAccountEnabled")),
+      listAccounts: (tenant: string, page: PageRequest) => listAccounts({ tenant, ...page }).pipe(storage("listAccounts")),
       findAccountByEmail: (tenant: string, email: string) =>
         findAccountByEmail({ tenant, email }).pipe(storage("findAccountByEmail")),
       insertApiKey: (key: NewApiKey) => insertApiKey(key).pipe(storage("insertApiKey")),
       insertDeviceCredential: (cred: NewDeviceCredential) =>
         insertDeviceCredential(cred).pipe(storage("insertDeviceCredential")),
+      lockApiKey: (tenant: string, id: string) => lockCredential(apiKeys)({ tenant, id }).pipe(storage("lockApiKey")),
+      lockDeviceCredential: (tenant: string, id: string) =>
+        lockCredential(devices)({ tenant, id }).pipe(storage("lockDeviceCredential")),
       revokeApiKey: (tenant: string, id: string, at: Date) =>
-        revokeApiKey({ tenant, id, at }).pipe(Effect.map(found), storage("revokeApiKey")),
+        revokeCredential(apiKeys)({ tenant, id, at }).pipe(returned, storage("revokeApiKey")),
       revokeDeviceCredential: (tenant: string, id: string, at: Date) =>
-        revokeDeviceCredential({ tenant, id, at }).pipe(Effect.map(found), storage("revokeDeviceCredential")),
+        revokeCredential(devices)({ tenant, id, at }).pipe(returned, storage("revokeDeviceCredential")),
+      listApiKeys: (tenant: string, account: string | null, page: PageRequest) =>
+        listCredentials(apiKeys)({ tenant, account, ...page }).pipe(storage("listApiKeys")),
+      listDeviceCredentials: (tenant: string, account: string | null, page: PageRequest) =>
+        listCredentials(devices)({ tenant, account, ...page }).pipe(storage("listDeviceCredentials")),
       findApiKey: (lookupId: string, kind: string) =>
         findApiKey({ lookupId, kind }).pipe(storage("findApiKey")),
-      findDeviceCredential: (lookupId: string) => findDeviceCredential(lookupId).pipe(storage("findDeviceCredential"))
+      findDeviceCredential: (lookupId: string) => findDeviceCredential(lookupId).pipe(storage("findDeviceCredential")),
+      /** Inside the change's transaction, so the change and its audit row commit together. */
+      audit: (entry: AuditEntry) => Effect.asVoid(insertAudit(entry)).pipe(storage("audit")),
+      /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
+      transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
+        sql.withTransaction(effect).pipe(
+          Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, unavailable(operation))
+        )
     } as const
   })
 }) {}

@@ -39,3 +39,28 @@ export {
 export { IdentityApi } from "./Api.ts"
 export { deliveryApiId, IdentityHttpLive } from "./Http.ts"
 export { maxTokenLength } from "./Token.ts"
+export { type Page } from "./Identity.ts"
+export * from "./Views.ts"
+export {
+  AccountChanged,
+  AccountCreated,
+  AccountPage,
+  ApiKeyIssued,
+  ApiKeyPage,
+  ApiKeyRevoked,
+  CreateAccount,
+  CreateTenant,
+  DeviceCredentialIssued,
+  DeviceCredentialPage,
+  DeviceCredentialRevoked,
+  IssueApiKeyRequest,
+  IssueDeviceCredentialRequest,
+  maxExpiresInSeconds,
+  PasswordRefused,
+  ProvisioningApi,
+  ProvisioningConflict,
+  ProvisioningNotFound,
+  TenantCreated,
+  TenantPage
+} from "./ProvisioningApi.ts"
+export { ProvisioningHttpLive } from "./ProvisioningHttp.ts"

@@ -216,4 +216,40 @@ layer(TestLayer, { excludeTestServices: true })("Identity", (it) => {
         expect.objectContaining({ _tag: "IdentityStorageUnavailable" })
       )
     }).pipe(Effect.provide(Identity.Default.pipe(Layer.provide(UnreachableSqlLive)))))
+
+  it.effect("each change commits with its identity_audit row or not at all: a refused change writes no row, and the table refuses UPDATE, DELETE and TRUNCATE", () =>
+    Effect.gen(function* () {
+      const { identity, tenant, account } = yield* fixture
+      const pg = yield* PgClient.PgClient
+      const by = { actor: "operator:environment", correlationId: "0123456789abcdef0123456789abcdef" }
+      const key = yield* identity.issueApiKeyAs({ tenant, account, kind: "board", name: ApiKeyName.make("ci"), permissions: [] }, by)
+      yield* identity.revokeApiKey(tenant, key.id, by)
+      yield* identity.revokeApiKey(tenant, key.id, by)
+      expect(yield* refusal(identity.revokeApiKey(TenantId.make("t-other"), key.id, by)))
+        .toEqual(expect.objectContaining({ _tag: "IdentityNotFound", entity: "api-key" }))
+      expect(yield* refusal(identity.createTenant(tenant, by))).toEqual(expect.objectContaining({ _tag: "IdentityConflict", entity: "tenant" }))
+      const rows = yield* pg<{ action: string; subject: string; outcome: string; actor: string; correlation_id: string }>`
+        SELECT action, subject, outcome, actor, correlation_id FROM identity_audit WHERE tenant = ${tenant} ORDER BY audit_id`
+      expect(rows.map((r) => [r.action, r.subject, r.outcome])).toEqual([
+        ["tenant-create", tenant, "applied"],
+        ["account-create", account, "applied"],
+        ["api-key-issue", key.id, "applied"],
+        ["api-key-revoke", key.id, "applied"],
+        ["api-key-revoke", key.id, "unchanged"]
+      ])
+      // Changes made by code name the system as actor, each with a correlation id of its own.
+      expect(rows.slice(0, 2).map((r) => r.actor)).toEqual(["system:identity", "system:identity"])
+      expect(rows[0]!.correlation_id).not.toBe(rows[1]!.correlation_id)
+      expect(rows.slice(2).every((r) => r.actor === by.actor && r.correlation_id === by.correlationId)).toBe(true)
+
+      for (const statement of [
+        `UPDATE identity_audit SET outcome = 'unchanged' WHERE tenant = '${tenant}'`,
+        `DELETE FROM identity_audit WHERE tenant = '${tenant}'`,
+        "TRUNCATE identity_audit"
+      ]) {
+        const failed = yield* pg.withTransaction(Effect.zipRight(pg.unsafe(statement), Effect.fail("taken" as const))).pipe(Effect.flip)
+        expect(String((failed as { cause?: { message?: string } }).cause?.message ?? failed)).toContain("append-only")
+      }
+      expect((yield* pg`SELECT 1 FROM identity_audit WHERE tenant = ${tenant}`).length).toBe(5)
+    }))
 })
