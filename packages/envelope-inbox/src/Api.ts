@@ -1,5 +1,6 @@
 import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Authentication } from "@delivery/identity"
+import { Envelope } from "@delivery/signer"
 import { Context, Schema } from "effect"
 import {
   type CorrelationId,
@@ -42,12 +43,16 @@ when nothing was committed). 201: accepted now; 200: a duplicate of an event acc
 docs/controlplane-inbound.md for every reason.`
 
 /**
- * The body is deliberately not declared as a payload schema: HttpApi would read and decode it, without a
- * bound, before any check. The intake reads it instead; the envelope schema is documented in docs/.
+ * The body is declared as the envelope schema for the OpenAPI document and typed clients only: the handler
+ * is raw, because HttpApi would otherwise read and decode the body, without a bound, before any check.
+ * The intake reads it instead, and the checks decode it in spec 000's order.
  */
 export class EnvelopeInboxApi extends HttpApiGroup.make("controlplane")
   .add(
     HttpApiEndpoint.post("ingest", "/controlplane/v1/envelopes")
+      // Documents the body and lets HttpApiClient send it; the handler is raw (`handleRaw`), so the server
+      // never decodes it this way: the intake reads it under the limit and the checks decode it in order.
+      .setPayload(Envelope)
       .addSuccess(EnvelopeAccepted, { status: 201 })
       .addSuccess(EnvelopeDuplicate, { status: 200 })
       .addError(EnvelopeForbidden, { status: 403 })

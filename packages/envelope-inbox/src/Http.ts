@@ -79,7 +79,7 @@ const InboxOnlyApi = HttpApi.make(deliveryApiId).add(EnvelopeInboxApi)
 export const EnvelopeInboxHttpLive = HttpApiBuilder.group(InboxOnlyApi, "controlplane", (handlers) =>
   Effect.gen(function* () {
     const inbox = yield* EnvelopeInbox
-    return handlers.handle("ingest", () =>
+    return handlers.handleRaw("ingest", () =>
       Effect.gen(function* () {
         const identity = yield* CurrentIdentity
         const { body, correlationId } = yield* IntakeRequest

@@ -1,26 +1,8 @@
 import { ApiKeyName, DeviceId, Email, Identity, Permission, TenantId } from "@delivery/identity"
 import { ENQUEUE_PERMISSION } from "@delivery/outbox"
-import { backendMain, freePort, spawnBun, TestDatabase } from "@delivery/testing"
 import { Effect, Redacted, Schema } from "effect"
-import { randomBytes } from "node:crypto"
 
-export const OPERATOR_TOKEN = `op-${randomBytes(32).toString("base64url")}`
-
-/** The real backend (`packages/backend/src/main.ts`) on the suite's database, with operator routes enabled. */
-export const startBackend = (env: Readonly<Record<string, string>> = {}, entry = backendMain) =>
-  Effect.gen(function* () {
-    const db = yield* TestDatabase
-    const port = yield* freePort
-    const backend = yield* spawnBun(entry, {
-      DATABASE_URL: db.url,
-      PORT: String(port),
-      OPERATOR_TOKEN,
-      IDENTITY_PEER_LIMIT: "1000000",
-      ...env
-    })
-    yield* backend.waitForOutput(/listening on http:/)
-    return { port, backend }
-  })
+export { OPERATOR_TOKEN, startBackend } from "@delivery/testing"
 
 /** A tenant with one account, an API key allowed to enqueue, and a device credential (device `d-1`). */
 export const tenantWithCredentials = (name: string) =>
