@@ -1,10 +1,11 @@
 import { expect, layer } from "@effect/vitest"
 import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
+import { DeviceId, type VerifiedIdentity } from "@delivery/identity"
 import { SqlCounter } from "@delivery/testing"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schedule, TestClock, TestContext, TestServices } from "effect"
 import { randomBytes } from "node:crypto"
-import { EnvelopeInbox, FLUSH_FAILED, RefusalAudit, SyncLimiter } from "../src/index.ts"
+import { EnvelopeInbox, FLUSH_FAILED, MAX_PENDING_WINDOWS, RefusalAudit, SyncLimiter } from "../src/index.ts"
 import { InboxRepo } from "../src/InboxRepo.ts"
 import { generousEnv, newCorrelationId, producer, type Producer, receive, ServicesLive } from "./support/Harness.ts"
 import { logProbe } from "./support/Logs.ts"
@@ -74,6 +75,23 @@ const spendAndFlood = (p: Producer, context: Context.Context<EnvelopeInbox>, flo
     // The request path of a rate-limited request: a counter in memory, no statement at all.
     expect((yield* counter.count) - statementsBefore).toBe(0)
     return first
+  })
+
+const deviceOf = (p: Producer, device: string): VerifiedIdentity => ({ _tag: "Device", tenant: p.tenant, account: p.account, device: DeviceId.make(device) })
+
+/**
+ * A trigger that fails the insert of this tenant's counted rows (only those of `device` when given), as a
+ * database that cannot take them would; the returned effect drops it.
+ */
+const failCountedInserts = (p: Producer, device?: string) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const trigger = `refuse_${randomBytes(4).toString("hex")}`
+    const onlyDevice = device === undefined ? "" : ` AND NEW.device = '${device}'`
+    yield* sql.unsafe(`CREATE FUNCTION ${trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.tenant = '${p.tenant}' AND NEW.reason = 'sync-rate-limited'${onlyDevice} THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$;
+      CREATE TRIGGER ${trigger} BEFORE INSERT ON inbox_audit FOR EACH ROW EXECUTE FUNCTION ${trigger}()`)
+    return Effect.orDie(sql.unsafe(`DROP TRIGGER IF EXISTS ${trigger} ON inbox_audit; DROP FUNCTION IF EXISTS ${trigger}()`))
   })
 
 layer(ServicesLive(), { excludeTestServices: true })("spec 000: every authenticated refusal is audited, and the sync limiter runs before any database work", (it) => {
@@ -149,12 +167,7 @@ layer(ServicesLive(), { excludeTestServices: true })("spec 000: every authentica
   it.effect("a failed flush is logged with a stable code and retried on the next tick; nothing is lost or written twice", () =>
     Effect.gen(function* () {
       const p = yield* producer()
-      const sql = yield* SqlClient.SqlClient
-      const trigger = `refuse_${randomBytes(4).toString("hex")}`
-      yield* sql.unsafe(`CREATE FUNCTION ${trigger}() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN IF NEW.tenant = '${p.tenant}' AND NEW.reason = 'sync-rate-limited' THEN RAISE EXCEPTION 'injected failure'; END IF; RETURN NEW; END $$;
-        CREATE TRIGGER ${trigger} BEFORE INSERT ON inbox_audit FOR EACH ROW EXECUTE FUNCTION ${trigger}()`)
-      const dropTrigger = Effect.orDie(sql.unsafe(`DROP TRIGGER IF EXISTS ${trigger} ON inbox_audit; DROP FUNCTION IF EXISTS ${trigger}()`))
+      const dropTrigger = yield* failCountedInserts(p)
       const logs = yield* logProbe
       yield* Effect.scoped(
         Effect.gen(function* () {
@@ -167,7 +180,8 @@ layer(ServicesLive(), { excludeTestServices: true })("spec 000: every authentica
               Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => "no failed flush was logged" as const })
             )
           )
-          expect(failed.annotations).toMatchObject({ code: FLUSH_FAILED, operation: "insertCountedRefusals", sqlstate: "P0001" })
+          // The literal, not FLUSH_FAILED: operators match this documented text, so renaming it breaks their alerts.
+          expect(failed.annotations).toMatchObject({ code: "inbox-audit-flush-failed", operation: "insertCountedRefusals", sqlstate: "P0001" })
           expect(failed.message).toContain("retrying on the next tick")
           expect(yield* countedRows(p.tenant)).toEqual([])
           yield* dropTrigger
@@ -177,5 +191,153 @@ layer(ServicesLive(), { excludeTestServices: true })("spec 000: every authentica
         }).pipe(Effect.provide(TestContext.TestContext), Effect.ensuring(dropTrigger))
       )
       expect(yield* countedRows(p.tenant)).toHaveLength(1)
+    }))
+
+  it.effect("a refusal at the instant the limiter admits the identity again starts the next window, even before the flusher has written the previous one", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const start = Date.parse("2030-01-01T00:00:00Z")
+      const [first, second] = yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(start)
+          const context = yield* Layer.build(inboxUnderTest())
+          // Half a second off the flusher's ticks, so that no tick writes the first window before the second starts.
+          yield* TestClock.adjust(Duration.millis(500))
+          const first = yield* spendAndFlood(p, context, { "d-1": 3 })
+          yield* TestClock.adjust(WINDOW)
+          return [first, yield* spendAndFlood(p, context, { "d-1": 5 })] as const
+        }).pipe(Effect.provide(TestContext.TestContext))
+      )
+      // The scope's finalizer wrote whatever no tick had: both windows are in, however the ticks were timed.
+      const rows = [...yield* countedRows(p.tenant)].sort((a, b) => a.recorded_at.getTime() - b.recorded_at.getTime())
+      expect(rows.map((row) => [row.refusal_count, row.correlation_id, row.recorded_at])).toEqual([
+        [3, first["d-1"], new Date(start + 500)],
+        [5, second["d-1"], new Date(start + 500 + Duration.toMillis(WINDOW))]
+      ])
+    }))
+
+  it.effect("a refusal whose retryAfter reaches past the window's end extends the window: the identity is not admitted before then, so those refusals share its row", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const first = newCorrelationId()
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+          const context = yield* Layer.build(inboxUnderTest())
+          const audit = Context.get(context, RefusalAudit)
+          const identity = deviceOf(p, "d-1")
+          yield* TestClock.adjust(Duration.millis(500))
+          yield* audit.record(identity, first, 60_000)
+          // Ten seconds later the limiter answers 60 seconds again: it admits the identity 70 seconds after the first refusal.
+          yield* TestClock.adjust(Duration.seconds(10))
+          yield* audit.record(identity, newCorrelationId(), 60_000)
+          yield* TestClock.adjust(Duration.seconds(55))
+          expect(yield* audit.flushDue).toBe(0)
+          yield* audit.record(identity, newCorrelationId(), 5_000)
+        }).pipe(Effect.provide(TestContext.TestContext))
+      )
+      expect((yield* countedRows(p.tenant)).map((row) => [row.device, row.refusal_count, row.correlation_id])).toEqual([["d-1", 3, first]])
+    }))
+
+  it.effect("more windows than one statement's 1,000 rows are written in several statements, each window's row once", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+          const context = yield* Layer.build(inboxUnderTest())
+          const audit = Context.get(context, RefusalAudit)
+          // Half a second off the ticks: the windows end between two of them, and only the flush below takes them.
+          yield* TestClock.adjust(Duration.millis(500))
+          for (let i = 0; i <= 1_000; i++) yield* audit.record(deviceOf(p, `d-${i}`), newCorrelationId(), 60_000)
+          yield* TestClock.adjust(WINDOW)
+          const counter = yield* SqlCounter
+          const statementsBefore = yield* counter.count
+          expect(yield* audit.flushDue).toBe(1_001)
+          expect((yield* counter.count) - statementsBefore).toBe(2)
+          const rows = yield* countedRows(p.tenant)
+          expect(rows).toHaveLength(1_001)
+          expect(new Set(rows.map((row) => row.device)).size).toBe(1_001)
+        }).pipe(Effect.provide(TestContext.TestContext))
+      )
+    }))
+
+  it.effect("when a later statement of a flush fails, only its rows and those after it are retried: rows already written are not written twice", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      // Only the 1,001st window's row fails: the first statement (1,000 rows) commits, the second does not.
+      const dropTrigger = yield* failCountedInserts(p, "d-1000")
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+          const context = yield* Layer.build(inboxUnderTest())
+          const audit = Context.get(context, RefusalAudit)
+          yield* TestClock.adjust(Duration.millis(500))
+          for (let i = 0; i <= 1_000; i++) yield* audit.record(deviceOf(p, `d-${i}`), newCorrelationId(), 60_000)
+          yield* TestClock.adjust(WINDOW)
+          const failure = yield* Effect.flip(audit.flushDue)
+          expect([failure._tag, failure.operation]).toEqual(["StorageFailure", "insertCountedRefusals"])
+          expect(yield* countedRows(p.tenant)).toHaveLength(1_000)
+          yield* dropTrigger
+          expect(yield* audit.flushDue).toBe(1)
+          const rows = yield* countedRows(p.tenant)
+          expect(rows).toHaveLength(1_001)
+          expect(new Set(rows.map((row) => row.device)).size).toBe(1_001)
+        }).pipe(Effect.provide(TestContext.TestContext), Effect.ensuring(dropTrigger))
+      )
+    }))
+
+  it.effect("while the database stays away at most 100,000 windows wait: past that the oldest are dropped, and an error with the same code counts their refusals", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const dropTrigger = yield* failCountedInserts(p)
+      const logs = yield* logProbe
+      // The next entry with the code, or else the test's own line `label`: whatever a flush logged was queued before that line.
+      const nextUpTo = (label: string) => logs.next((entry) => entry.annotations.code === FLUSH_FAILED || entry.message === label)
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+          const context = yield* Layer.build(inboxUnderTest(logs.layer))
+          const audit = Context.get(context, RefusalAudit)
+          yield* TestClock.adjust(Duration.millis(500))
+          const oldest = deviceOf(p, "oldest")
+          for (let i = 0; i < 3; i++) yield* audit.record(oldest, newCorrelationId(), 60_000)
+          for (let i = 0; i < MAX_PENDING_WINDOWS; i++) yield* audit.record(deviceOf(p, `d-${i}`), newCorrelationId(), 60_000)
+          yield* TestClock.adjust(WINDOW)
+
+          yield* Effect.flip(audit.flushDue)
+          yield* Effect.logInfo("first flush over")
+          const dropped = yield* nextUpTo("first flush over")
+          expect(dropped.message).toContain("dropped")
+          expect(dropped.annotations).toMatchObject({ code: FLUSH_FAILED, windows: 1, refusals: 3 })
+          expect((yield* nextUpTo("first flush over")).message).toBe("first flush over")
+
+          // Exactly the maximum waits now: the next failed flush drops nothing.
+          yield* Effect.flip(audit.flushDue)
+          yield* Effect.logInfo("second flush over")
+          expect((yield* nextUpTo("second flush over")).message).toBe("second flush over")
+        }).pipe(Effect.provide(TestContext.TestContext))
+      ).pipe(Effect.ensuring(dropTrigger))
+    }))
+
+  it.effect("a failed write at shutdown is logged with the same code, and its counts are lost", () =>
+    Effect.gen(function* () {
+      const p = yield* producer()
+      const dropTrigger = yield* failCountedInserts(p)
+      const logs = yield* logProbe
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+          const context = yield* Layer.build(inboxUnderTest(logs.layer))
+          yield* spendAndFlood(p, context, { "d-1": 4 })
+        }).pipe(Effect.provide(TestContext.TestContext))
+      ).pipe(Effect.ensuring(dropTrigger))
+      // The scope closed without a failure, its finalizer having logged the one it met.
+      const failed = yield* logs.next((entry) => entry.annotations.code === FLUSH_FAILED).pipe(
+        Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => "no failed flush was logged" as const })
+      )
+      expect(failed.message).toContain("not written at shutdown")
+      expect(failed.annotations).toMatchObject({ operation: "insertCountedRefusals", sqlstate: "P0001" })
+      expect(yield* countedRows(p.tenant)).toEqual([])
     }))
 })
