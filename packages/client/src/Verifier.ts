@@ -127,7 +127,7 @@ export const staticKeys = (tenants: Readonly<Record<string, ReadonlyArray<Truste
  * delivery. A receiver that verifies many deliveries a second can wrap this with its own short cache and
  * accept that a revocation takes that long to be seen.
  */
-export const operatorKeys = (operator: DeliveryClient): KeyLookup<unknown> => (tenant, keyId) =>
+export const operatorKeys = (operator: DeliveryClient): KeyLookup<Effect.Effect.Error<ReturnType<DeliveryClient["signer"]["list"]>>> => (tenant, keyId) =>
   Effect.map(operator.signer.list({ path: { tenant } }), (list) =>
     Option.map(Option.fromNullable(list.keys.find((key) => key.keyId === keyId)), (key): TrustedKey => ({
       keyId: key.keyId,
