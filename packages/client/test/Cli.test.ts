@@ -1,13 +1,13 @@
 import { expect, layer } from "@effect/vitest"
-import { bunExecutable, freePort, OPERATOR_TOKEN, repoRoot, startBackend } from "@delivery/testing"
+import { bunExecutable, freePort, LoopbackProvider, LoopbackReply, OPERATOR_TOKEN, repoRoot, startBackend } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { Context, Effect, Layer, Redacted } from "effect"
+import { Context, Effect, Layer, Redacted, Schedule } from "effect"
 import { spawn } from "node:child_process"
 import { createPrivateKey, createPublicKey, randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { makeFetchClient } from "../src/index.ts"
-import { operatorClient, provisionTenant } from "./support/World.ts"
+import { keyPair, operatorClient, provisionTenant } from "./support/World.ts"
 
 // The operator's command line (docs/operations.md, "Command line") as a real `bun` process against a real
 // backend process: provisioning, refusals and their exit codes, key files, envelopes, streams.
@@ -18,7 +18,8 @@ class Backend extends Context.Tag("Cli.test/Backend")<Backend, { readonly baseUr
 
 // One backend for the whole file: every test works in tenants of its own.
 const SuiteLayer = Layer.scoped(Backend, Effect.map(startBackend(), ({ baseUrl }) => ({ baseUrl }))).pipe(
-  Layer.provideMerge(TestDatabaseLive)
+  Layer.provideMerge(TestDatabaseLive),
+  Layer.merge(LoopbackProvider.Default)
 )
 
 interface CliRun {
@@ -315,5 +316,52 @@ layer(SuiteLayer, { excludeTestServices: true })("the delivery-admin command lin
       expect(unknown.code).toBe(3)
       expect(unknown.stderr).toMatch(/^refused: stream-not-found \(StreamNotFound, HTTP 404/)
       expect((yield* cli(["streams", "raise-floor", tenant, "web", "laptop-1", "-1"], env)).code).toBe(2)
+    }))
+
+  it.scoped("messages enqueue (DELIVERY_API_KEY) is delivered by the backend; a 4xx from the receiver makes it a dead letter that dead-letters list shows, dead-letters redrive gives it new attempts, and messages get reads it delivered; the same file again is the same message", () =>
+    Effect.gen(function* () {
+      const receiver = yield* LoopbackProvider
+      yield* receiver.reset
+      yield* receiver.script({ times: 1, reply: LoopbackReply.status(400) })
+      const tenant = unique("dl")
+      const key = keyPair()
+      const { baseUrl } = yield* startBackend({ SIGNER_KEYS: `${tenant}:k1:${key.seed}`, OUTBOX_POLL_INTERVAL: "100 millis" })
+      const world = yield* provisionTenant(baseUrl, tenant, key)
+      const env = operatorEnv(baseUrl)
+      expect((yield* cli(["targets", "set", tenant, "web", receiver.urlFor("/hooks")], env)).code).toBe(0)
+      const dir = yield* scratch
+      const file = join(dir, "message.json")
+      writeFileSync(file, JSON.stringify({
+        envelope: {
+          type: "controlplane/v1",
+          route: { tenant, project: "web", producer: "scheduler" },
+          eventId: "evt-cli-dead-letter-0001",
+          idempotencyKey: "cli:dead-letter:1",
+          sequence: 1,
+          createdAt: "2026-11-30T12:00:00Z",
+          schemaVersion: 1,
+          metadata: { kind: "task.proposed", subject: "task-1", attributes: {} }
+        }
+      }))
+      const apiKeyEnv = { DELIVERY_URL: baseUrl, DELIVERY_API_KEY: Redacted.value(world.apiKey.token) }
+      const enqueued = yield* cliJson(["messages", "enqueue", file], apiKeyEnv)
+      expect(enqueued).toMatchObject({ replayed: false, message: { state: "pending", tenant, project: "web" } })
+      const id: string = enqueued.message.id
+      expect(yield* cliJson(["messages", "enqueue", file], apiKeyEnv)).toMatchObject({ replayed: true, message: { id } })
+      expect(yield* cli(["messages", "enqueue", file], { DELIVERY_URL: baseUrl })).toMatchObject({ code: 2 })
+
+      const deadLetters = yield* cliJson(["dead-letters", "list", tenant, "web"], env).pipe(
+        Effect.filterOrFail((page) => page.items.length === 1, () => "no dead letter yet"),
+        Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("30 seconds")))
+      )
+      expect(deadLetters.items[0]).toMatchObject({ id, state: "dead" })
+      expect(yield* cliJson(["dead-letters", "redrive", tenant, "web", id], env)).toMatchObject({ id, state: "pending" })
+      const delivered = yield* cliJson(["messages", "get", tenant, "web", id], env).pipe(
+        Effect.filterOrFail((message) => message.state === "delivered", () => "not delivered yet"),
+        Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("30 seconds")))
+      )
+      expect(delivered).toMatchObject({ id, state: "delivered" })
+      expect((yield* receiver.deliveries).filter((d) => d.idempotencyKey === id).length).toBeGreaterThanOrEqual(1)
+      expect(yield* cli(["dead-letters", "redrive", tenant, "web", id], env)).toMatchObject({ code: 3 })
     }))
 })
