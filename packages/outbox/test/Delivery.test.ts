@@ -1,9 +1,10 @@
 import { expect, layer } from "@effect/vitest"
+import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
 import { KeyId, Signer, TenantId, verifyEnvelopeSignature } from "@delivery/signer"
 import { connect, LoopbackProvider, LoopbackReply, type RecordedRequest, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Fiber, Option, TestClock, TestContext, TestServices } from "effect"
+import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext, TestServices } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
@@ -279,6 +280,51 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(yield* states).toEqual([{ state: "delivered", attempt: 1, n: 5 }, { state: "pending", attempt: 0, n: 2 }])
       yield* TestClock.adjust("1 hour")
       expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 2, delivered: 2 })
+    })))
+
+  it.effect("rate: a rate store that fails skips the tenant for one second (fail closed): nothing is claimed, its rows stay pending, and after that second it is asked again", () =>
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const { outbox } = yield* setup("rate-a")
+      for (let i = 0; i < 2; i++) yield* outbox.enqueue(request("rate-a", "web"))
+      const memory = yield* RateLimiter.RateLimiterStore.pipe(Effect.provide(RateLimiter.layerStoreMemory))
+      let down = true
+      const flaky = Layer.succeed(RateLimiter.RateLimiterStore, {
+        ...memory,
+        fixedWindow: (options) =>
+          down ? Effect.fail(new RateLimiter.RateLimitStoreError({ message: "store unreachable" })) : memory.fixedWindow(options)
+      })
+      const delivery = yield* deliveryWith(noop, {}, { store: flaky })
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 0, rateLimited: 1 })
+      const sql = yield* SqlClient.SqlClient
+      const states = sql`SELECT state, attempt, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2`
+      expect(yield* states).toEqual([{ state: "pending", attempt: 0, n: 2 }])
+      down = false
+      yield* TestClock.adjust(999)
+      expect(yield* delivery.tick("w1")).toMatchObject({ claimed: 0, rateLimited: 1 })
+      yield* TestClock.adjust(1)
+      expect(yield* delivery.tick("w1")).toEqual({ claimed: 2, delivered: 2, retried: 0, dead: 0, lost: 0, rateLimited: 0 })
+    })))
+
+  it.effect("a row claimed above its attempt ceiling (its owner's lease expired on the last allowed attempt) is dead-lettered at once, attempts-exhausted with lease-expired, without a new request", () =>
+    withTestClock(Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
+      const { outbox } = yield* setup("stale")
+      const { message } = yield* outbox.enqueue(request("stale", "web", { maxAttempts: 1 }))
+      const suspended = { tweak: (s: Settings) => ({ ...s, lease: Duration.millis(300), cycleTimeout: Duration.hours(1) }) }
+      const entered = yield* Deferred.make<void>()
+      const hung = senderOf(() => Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Effect.never)))
+      const first = yield* Effect.fork((yield* deliveryWith(hung, {}, suspended)).tick("gone-owner"))
+      yield* Deferred.await(entered)
+      let sends = 0
+      const next = yield* deliveryWith(senderOf(() => Effect.sync(() => sends++).pipe(Effect.as(delivered))), {}, suspended)
+      yield* TestClock.adjust(300)
+      expect(yield* next.tick("next-owner")).toEqual({ claimed: 1, delivered: 0, retried: 0, dead: 1, lost: 0, rateLimited: 0 })
+      expect(sends).toBe(0)
+      expect(yield* rowOf(message.id)).toMatchObject({
+        state: "dead", attempt: 2, attempt_ceiling: 1, dead_reason: "attempts-exhausted", last_error: "lease-expired", lease_owner: null
+      })
+      yield* Fiber.interrupt(first)
     })))
 
   // A stale owner's late outcome lands while the row is leased again under a newer attempt: only the

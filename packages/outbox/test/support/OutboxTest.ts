@@ -43,12 +43,17 @@ export const fastSettings: Readonly<Record<string, string>> = {
 
 /**
  * An OutboxDelivery of its own (own rate store, own settings): a second "worker". `tweak` may bend
- * the validated settings, to stand in for a process whose timers could not run (SIGSTOP).
+ * the validated settings, to stand in for a process whose timers could not run (SIGSTOP); `store`
+ * replaces the in-memory rate store (one that fails, for instance).
  */
 export const deliveryWith = (
   sender: Layer.Layer<OutboxSender> | "http",
   variables: Readonly<Record<string, string>> = {},
-  options: { readonly tweak?: (settings: Settings) => Settings; readonly sql?: SqlClient.SqlClient } = {}
+  options: {
+    readonly tweak?: (settings: Settings) => Settings
+    readonly sql?: SqlClient.SqlClient
+    readonly store?: Layer.Layer<RateLimiter.RateLimiterStore>
+  } = {}
 ) =>
   Effect.gen(function*() {
     const senderLayer = sender === "http"
@@ -59,7 +64,7 @@ export const deliveryWith = (
       Effect.provide(
         OutboxDelivery.Default.pipe(
           Layer.provide(senderLayer),
-          Layer.provide(RateLimiter.layerStoreMemory),
+          Layer.provide(options.store ?? RateLimiter.layerStoreMemory),
           Layer.provideMerge(Layer.succeed(OutboxSettings, options.tweak ? options.tweak(settings) : settings)),
           Layer.provide(Layer.succeed(SqlClient.SqlClient, options.sql ?? (yield* SqlClient.SqlClient)))
         )
