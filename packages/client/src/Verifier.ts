@@ -96,7 +96,11 @@ export const makeVerifier = <E>(options: VerifierOptions<E>) => {
       const now = yield* Clock.currentTimeMillis
       if (Math.abs(now / 1000 - timestamp) > tolerance) return yield* reject("timestamp-stale")
 
-      const body = typeof request.body === "string" ? request.body : new TextDecoder("utf-8", { fatal: true }).decode(request.body)
+      const body = typeof request.body === "string"
+        ? request.body
+        : yield* Effect.try(() => new TextDecoder("utf-8", { fatal: true }).decode(request.body as Uint8Array)).pipe(
+          Effect.orElse(() => reject("body-invalid"))
+        )
       const parsed = yield* Effect.try(() => JSON.parse(body) as unknown).pipe(Effect.orElse(() => reject("body-invalid")))
       const envelope = yield* Effect.orElse(decodeEnvelope(parsed), () => reject("body-invalid"))
 

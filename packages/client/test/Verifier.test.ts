@@ -68,6 +68,10 @@ layer(SuiteLayer, { excludeTestServices: true })("the client's delivery verifier
       const { "webhook-signature": _, ...unsigned } = delivery!.headers
       expect(yield* reasonOf(verifier.verifyDelivery({ headers: unsigned, body: delivery!.bodyText }))).toBe("headers-missing")
       expect(yield* reasonOf(verifier.verifyDelivery({ headers: { ...delivery!.headers, "webhook-timestamp": "12e3" }, body: delivery!.bodyText }))).toBe("timestamp-invalid")
+      // The raw bytes verify as the text does; bytes that are not UTF-8 are not a delivery.
+      expect((yield* verifier.verifyDelivery({ headers: delivery!.headers, body: delivery!.body })).webhookId).toBe(delivery!.headers["webhook-id"])
+      expect(yield* reasonOf(verifier.verifyDelivery({ headers: delivery!.headers, body: new Uint8Array([0x7b, 0xff, 0x7d]) }))).toBe("body-invalid")
+      expect(yield* reasonOf(verifier.verifyDelivery({ headers: delivery!.headers, body: "{not json" }))).toBe("body-invalid")
 
       // Past the tolerance either way: the same delivery, checked six minutes later.
       const sentAt = Number(delivery!.headers["webhook-timestamp"]) * 1000
