@@ -247,7 +247,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("provisioning routes in a
         expect(operation.security).toEqual([{ operatorBearer: [] }])
       }
       const schemas = document.components.schemas
-      for (const name of ["CreateTenant", "IssueApiKey", "IssueDeviceCredential", "RaiseReplayFloor"]) {
+      for (const name of ["CreateTenant", "CreateAccount", "IssueApiKey", "IssueDeviceCredential", "RaiseReplayFloor"]) {
         expect(schemas[name]?.examples?.length, name).toBeGreaterThan(0)
       }
       // The issuing answers say the token is shown once; the refusals list their stable reasons.

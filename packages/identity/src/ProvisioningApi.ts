@@ -59,7 +59,12 @@ export const CreateAccount = Schema.Struct({
   password: Schema.optional(Schema.Redacted(Schema.String).annotations({
     description: `${passwordMinLength} to ${passwordMaxLength} characters; stored only as an argon2id hash`
   }))
-}).annotations({ ...closed, identifier: "CreateAccount" })
+}).annotations({
+  ...closed,
+  identifier: "CreateAccount",
+  // Without a password: an example never shows one.
+  examples: [{ email: "ops@acme.example" as Email }]
+})
 
 export const IssueApiKeyRequest = Schema.Struct({
   account: AccountId,
