@@ -1,7 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { JsonBodyRefused } from "@delivery/core"
 import { EnvelopeInboxApi, InboxStreamsApi } from "@delivery/envelope-inbox"
-import { IdentityApi, ProvisioningApi } from "@delivery/identity"
+import { IdentityApi, ProvisioningApi, SessionsApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
@@ -15,6 +15,7 @@ import { withoutDecodeError } from "./RequestInvalid.ts"
 export class Api extends HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdentityApi)
+  .add(SessionsApi)
   .add(ProvisioningApi)
   .add(EnvelopeInboxApi)
   .add(InboxStreamsApi)

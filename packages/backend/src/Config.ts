@@ -1,4 +1,4 @@
-import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig } from "@delivery/identity"
+import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig, SessionTtlConfig } from "@delivery/identity"
 import { SIGNER_CONFIG, SIGNER_REPLAY_WINDOW, SignerConfig } from "@delivery/signer"
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
@@ -109,6 +109,7 @@ export const appConfig = Config.all({
   // Read again by the packages' layers from the same environment; checked here so that every bad variable is in
   // the one start-up message. Only whether OPERATOR_TOKEN is set is kept, not the token.
   identity: PeerLimitConfig,
+  sessionTtl: SessionTtlConfig,
   operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
   signer: SignerConfig,
   inbox: InboxConfig,

@@ -1,5 +1,5 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
-import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, ProvisioningHttpLive } from "@delivery/identity"
+import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, ProvisioningHttpLive, SessionsHttpLive } from "@delivery/identity"
 import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
@@ -16,6 +16,7 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(HealthHttpLive),
   Layer.provide(IdentityHttpLive),
   Layer.provide(ProvisioningHttpLive),
+  Layer.provide(SessionsHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
   Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),

@@ -49,6 +49,7 @@ describe("configuration", () => {
     LOG_LEVEL: "loud",
     IDENTITY_PEER_LIMIT: "0",
     IDENTITY_PEER_WINDOW: "soon",
+    IDENTITY_SESSION_TTL: "0 seconds",
     TRUSTED_PROXY_HOPS: "-1",
     OPERATOR_TOKEN: "short",
     SIGNER_REPLAY_WINDOW: "0 seconds",

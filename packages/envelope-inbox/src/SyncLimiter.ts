@@ -11,13 +11,16 @@ export class SyncLimitUnavailable extends Data.TaggedError("SyncLimitUnavailable
 
 /**
  * Spec 000: "keyed only by verified tenant/account/device plus the sync-ingest purpose". Ids follow the
- * identity pattern (no `:`), so the key is unambiguous. An API key has no device; its key id stands in,
- * so that a refused non-device caller is limited too before its refusal costs an audit row.
+ * identity pattern (no `:`), so the key is unambiguous. An API key has no device; its key id stands in, and
+ * a sign-in session is counted per account, so that a refused non-device caller is limited too before its
+ * refusal costs an audit row.
  */
 export const syncKey = (identity: VerifiedIdentity): string =>
   identity._tag === "Device"
     ? `sync-ingest:${identity.tenant}:${identity.account}:${identity.device}`
-    : `sync-ingest:${identity.tenant}:${identity.account}:api-key:${identity.keyId}`
+    : identity._tag === "ApiKey"
+    ? `sync-ingest:${identity.tenant}:${identity.account}:api-key:${identity.keyId}`
+    : `sync-ingest:${identity.tenant}:${identity.account}:session`
 
 /**
  * The configured sync limiter (`SYNC_INGEST_LIMIT` per `SYNC_INGEST_WINDOW`, fixed window). It runs

@@ -36,7 +36,7 @@ export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("@de
     bearer: HttpApiSecurity.bearer.pipe(
       HttpApiSecurity.annotate(
         OpenApi.Description,
-        "An opaque API key (`board_…`, `agent_…`) or device credential (`device_…`)."
+        "An opaque API key (`board_…`, `agent_…`), device credential (`device_…`) or sign-in session (`session_…`)."
       )
     )
   }

@@ -77,7 +77,14 @@ export const ApiKeyIdentity = Schema.TaggedStruct("ApiKey", {
 }).annotations({ ...closed, identifier: "ApiKeyIdentity" })
 export type ApiKeyIdentity = typeof ApiKeyIdentity.Type
 
-export const VerifiedIdentity = Schema.Union(DeviceIdentity, ApiKeyIdentity).annotations({
+/** A password sign-in's short-lived session: the account, without permissions. */
+export const SessionIdentity = Schema.TaggedStruct("Session", {
+  tenant: TenantId,
+  account: AccountId
+}).annotations({ ...closed, identifier: "SessionIdentity" })
+export type SessionIdentity = typeof SessionIdentity.Type
+
+export const VerifiedIdentity = Schema.Union(DeviceIdentity, ApiKeyIdentity, SessionIdentity).annotations({
   ...closed,
   identifier: "VerifiedIdentity"
 })

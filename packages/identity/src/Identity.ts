@@ -1,4 +1,4 @@
-import { makeCorrelationId } from "@delivery/core"
+import { makeCorrelationId, positiveDuration } from "@delivery/core"
 import { Clock, Duration, Effect, Option, Redacted } from "effect"
 import { randomBytes } from "node:crypto"
 import {
@@ -27,6 +27,7 @@ import {
   type AuditEntry,
   type DeviceCredentialRow,
   type DeviceCredentialViewRow,
+  type SessionRow,
   IdentityRepo,
   type TenantRow
 } from "./IdentityRepo.ts"
@@ -39,6 +40,11 @@ import {
   type TenantView
 } from "./Views.ts"
 import * as Token from "./Token.ts"
+
+export const IDENTITY_SESSION_TTL = "IDENTITY_SESSION_TTL"
+
+/** How long a sign-in session authenticates: short, so a password change is felt soon everywhere. */
+export const SessionTtlConfig = positiveDuration(IDENTITY_SESSION_TTL, "15 minutes")
 
 /** Bounds on passwords: long enough to matter, short enough that argon2id work per attempt is bounded. */
 export const passwordMinLength = 12
@@ -130,6 +136,7 @@ const hashPassword = (password: Redacted.Redacted<string>) =>
 export class Identity extends Effect.Service<Identity>()("@delivery/identity/Identity", {
   effect: Effect.gen(function* () {
     const repo = yield* IdentityRepo
+    const sessionTtl = yield* SessionTtlConfig
 
     // Verifying against a real argon2id hash when the account does not exist keeps
     // the response time from telling which e-mail addresses have accounts.
@@ -373,9 +380,34 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
         return paged(p, rows.map((r) => deviceCredentialView(r, at)), (d) => d.id)
       })
 
+    /**
+     * Password sign-in: the account's password, then a session credential that expires after
+     * IDENTITY_SESSION_TTL. The token exists in the answer only. Wrong password and unknown address are
+     * the same refusal in similar time (`verifyPassword`); only the password's owner learns "disabled".
+     */
+    const signIn = Effect.fn("Identity.signIn")(function* (input: {
+      readonly tenant: TenantId
+      readonly email: Email
+      readonly password: Redacted.Redacted<string>
+    }) {
+      const verified = yield* verifyPassword(input)
+      const generated = Token.generate("session")
+      const at = new Date(yield* Clock.currentTimeMillis)
+      const expiresAt = new Date(at.getTime() + Duration.toMillis(sessionTtl))
+      yield* repo.insertSession({
+        lookupId: generated.lookupId,
+        tenant: verified.tenant,
+        account: verified.account,
+        secretHash: generated.secretHash,
+        expiresAt,
+        at
+      })
+      return { ...verified, token: Redacted.make(generated.token), expiresAt }
+    })
+
     // The secret is checked before anything else about the row, so a caller who only
     // knows a lookup id learns nothing about the credential's state.
-    const admit = (row: ApiKeyRow | DeviceCredentialRow, secret: string) =>
+    const admit = (row: ApiKeyRow | DeviceCredentialRow | SessionRow, secret: string) =>
       Effect.gen(function* () {
         if (!Token.matches(secret, row.secret_hash)) return yield* refuse("unknown")
         if (row.revoked_at !== null) return yield* refuse("revoked")
@@ -403,6 +435,11 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
         yield* admit(row.value, secret)
         const { tenant_id, account_id, device_id } = row.value
         identity = { _tag: "Device", tenant: tenant_id, account: account_id, device: device_id }
+      } else if (kind === "session") {
+        const row = yield* repo.findSession(lookupId)
+        if (Option.isNone(row)) return yield* refuse("unknown")
+        yield* admit(row.value, secret)
+        identity = { _tag: "Session", tenant: row.value.tenant_id, account: row.value.account_id }
       } else {
         const row = yield* repo.findApiKey(lookupId, kind)
         if (Option.isNone(row)) return yield* refuse("unknown")
@@ -420,6 +457,7 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
       createAccountAs,
       setAccountEnabled,
       verifyPassword,
+      signIn,
       issueApiKey,
       issueApiKeyAs,
       issueDeviceCredential,

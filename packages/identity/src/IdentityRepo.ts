@@ -25,6 +25,9 @@ export type ApiKeyRow = typeof ApiKeyRow.Type
 export const DeviceCredentialRow = Schema.Struct({ ...CredentialColumns, device_id: Schema.String })
 export type DeviceCredentialRow = typeof DeviceCredentialRow.Type
 
+export const SessionRow = Schema.Struct(CredentialColumns)
+export type SessionRow = typeof SessionRow.Type
+
 export const AccountRow = Schema.Struct({
   id: Schema.String,
   enabled: Schema.Boolean,
@@ -326,6 +329,28 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
         WHERE d.lookup_id = ${lookupId}`.withoutTransform
     })
 
+    const insertSession = (r: {
+      readonly lookupId: string
+      readonly tenant: string
+      readonly account: string
+      readonly secretHash: Uint8Array
+      readonly expiresAt: Date
+      readonly at: Date
+    }) => sql`
+      INSERT INTO identity_sessions (lookup_id, tenant_id, account_id, secret_hash, expires_at, created_at)
+      VALUES (${r.lookupId}, ${r.tenant}, ${r.account}, ${Buffer.from(r.secretHash)}, ${r.expiresAt}, ${r.at})`.withoutTransform
+
+    const findSession = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: SessionRow,
+      execute: (lookupId) => sql`
+        SELECT s.lookup_id, s.tenant_id, s.account_id, s.secret_hash, s.expires_at, s.revoked_at,
+               a.enabled AS account_enabled
+        FROM identity_sessions s
+        JOIN identity_accounts a ON a.tenant_id = s.tenant_id AND a.id = s.account_id
+        WHERE s.lookup_id = ${lookupId}`.withoutTransform
+    })
+
     const found = Option.isSome
     // INSERT ... RETURNING and UPDATE ... RETURNING on a row locked in the same transaction cannot come back
     // empty: a defect, not an outcome.
@@ -360,6 +385,8 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
       findApiKey: (lookupId: string, kind: string) =>
         findApiKey({ lookupId, kind }).pipe(storage("findApiKey")),
       findDeviceCredential: (lookupId: string) => findDeviceCredential(lookupId).pipe(storage("findDeviceCredential")),
+      insertSession: (r: Parameters<typeof insertSession>[0]) => Effect.asVoid(insertSession(r)).pipe(storage("insertSession")),
+      findSession: (lookupId: string) => findSession(lookupId).pipe(storage("findSession")),
       /** Inside the change's transaction, so the change and its audit row commit together. */
       audit: (entry: AuditEntry) => Effect.asVoid(insertAudit(entry)).pipe(storage("audit")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */

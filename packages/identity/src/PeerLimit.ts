@@ -89,10 +89,16 @@ export const IDENTITY_CONFIG = [
   {
     name: IDENTITY_PEER_LIMIT,
     default: "1200",
-    meaning: "authentication attempts (tenant and operator bearers together) one peer may make per window, successful ones included",
+    meaning: "authentication attempts (tenant and operator bearers and password sign-ins together) one peer may make per window, successful ones included",
     secret: false
   },
   { name: IDENTITY_PEER_WINDOW, default: "1 minute", meaning: "the fixed window of IDENTITY_PEER_LIMIT", secret: false },
+  {
+    name: "IDENTITY_SESSION_TTL",
+    default: "15 minutes",
+    meaning: "how long a session issued by a password sign-in (POST /api/sessions) authenticates",
+    secret: false
+  },
   {
     name: TRUSTED_PROXY_HOPS,
     default: "0",

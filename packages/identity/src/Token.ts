@@ -4,7 +4,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
 /**
  * Opaque bearer tokens: `<kind>_<lookupId>_<secret>`.
  *
- * - kind: `board` | `agent` (API keys) or `device` (device credentials), so a
+ * - kind: `board` | `agent` (API keys), `device` (device credentials) or `session` (sign-in sessions), so a
  *   token can only ever be looked up in the one table it was issued from;
  * - lookupId: 12 random bytes as 24 lower-case hex digits, the indexed primary
  *   key of the credential row; public, never sufficient on its own;
@@ -14,7 +14,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto"
  * hash is enough (a slow password hash would only make every request expensive);
  * comparison is constant-time.
  */
-export type TokenKind = "board" | "agent" | "device"
+export type TokenKind = "board" | "agent" | "device" | "session"
 
 export interface ParsedToken {
   readonly kind: TokenKind
@@ -22,10 +22,10 @@ export interface ParsedToken {
   readonly secret: string
 }
 
-const TOKEN = /^(board|agent|device)_([0-9a-f]{24})_([A-Za-z0-9_-]{43})$/
+const TOKEN = /^(board|agent|device|session)_([0-9a-f]{24})_([A-Za-z0-9_-]{43})$/
 
-/** Longest well-formed token ("device" + 2 separators + 24 + 43); anything longer is refused unread. */
-export const maxTokenLength = 6 + 2 + 24 + 43
+/** Longest well-formed token ("session" + 2 separators + 24 + 43); anything longer is refused unread. */
+export const maxTokenLength = 7 + 2 + 24 + 43
 
 export const digest = (secret: string): Buffer => createHash("sha256").update(secret, "utf8").digest()
 

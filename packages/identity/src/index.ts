@@ -64,3 +64,6 @@ export {
   TenantPage
 } from "./ProvisioningApi.ts"
 export { ProvisioningHttpLive } from "./ProvisioningHttp.ts"
+export { SessionIssued, SessionsApi, SignIn } from "./SessionsApi.ts"
+export { SessionsHttpLive } from "./SessionsHttp.ts"
+export { IDENTITY_SESSION_TTL, SessionTtlConfig } from "./Identity.ts"
