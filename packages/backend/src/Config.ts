@@ -1,4 +1,4 @@
-import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig, SessionTtlConfig } from "@delivery/identity"
+import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig, SessionTtlConfig, SignInLimitConfig } from "@delivery/identity"
 import { SIGNER_CONFIG, SIGNER_REPLAY_WINDOW, SignerConfig } from "@delivery/signer"
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
@@ -110,6 +110,7 @@ export const appConfig = Config.all({
   // the one start-up message. Only whether OPERATOR_TOKEN is set is kept, not the token.
   identity: PeerLimitConfig,
   sessionTtl: SessionTtlConfig,
+  signInLimit: SignInLimitConfig,
   operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
   signer: SignerConfig,
   inbox: InboxConfig,

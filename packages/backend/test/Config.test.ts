@@ -50,6 +50,8 @@ describe("configuration", () => {
     IDENTITY_PEER_LIMIT: "0",
     IDENTITY_PEER_WINDOW: "soon",
     IDENTITY_SESSION_TTL: "0 seconds",
+    IDENTITY_SIGNIN_LIMIT: "0",
+    IDENTITY_SIGNIN_WINDOW: "later",
     TRUSTED_PROXY_HOPS: "-1",
     OPERATOR_TOKEN: "short",
     SIGNER_REPLAY_WINDOW: "0 seconds",

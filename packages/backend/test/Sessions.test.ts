@@ -64,4 +64,20 @@ layer(TestDatabaseLive, { excludeTestServices: true })("password sign-in in a re
       expect(limited.status).toBe(429)
       expect(Number(limited.headers["retry-after"])).toBeGreaterThanOrEqual(1)
     }))
+
+  it.scoped("sign-in attempts for one address are limited across peers (IDENTITY_SIGNIN_LIMIT): past it even the right password is 429 with Retry-After, while another address of the tenant still signs in", () =>
+    Effect.gen(function* () {
+      const { port } = yield* startBackend({ IDENTITY_SIGNIN_LIMIT: "3" })
+      const password = `pw-${randomBytes(12).toString("base64url")}`
+      const { tenant } = yield* withAccount(port, password)
+      yield* call(port, "POST", `/operator/tenants/${tenant}/accounts`, { ...op, body: { email: "bob@example.com", password } })
+      const signIn = (email: string, pw: string) => call(port, "POST", "/api/sessions", { body: { tenant, email, password: pw } })
+      for (let attempt = 0; attempt < 3; attempt++) expect((yield* signIn("alice@example.com", "wrong password!")).status).toBe(401)
+      // The address is counted case-insensitively, like the account's e-mail.
+      const limited = yield* signIn("ALICE@example.com", password)
+      expect(limited.status).toBe(429)
+      expect(limited.json).toMatchObject({ _tag: "IdentityRateLimited" })
+      expect(Number(limited.headers["retry-after"])).toBeGreaterThan(60)
+      expect((yield* signIn("bob@example.com", password)).status).toBe(201)
+    }))
 })

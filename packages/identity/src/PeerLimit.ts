@@ -94,6 +94,13 @@ export const IDENTITY_CONFIG = [
   },
   { name: IDENTITY_PEER_WINDOW, default: "1 minute", meaning: "the fixed window of IDENTITY_PEER_LIMIT", secret: false },
   {
+    name: "IDENTITY_SIGNIN_LIMIT",
+    default: "10",
+    meaning: "password sign-in attempts for one address of one tenant per window, from every peer together",
+    secret: false
+  },
+  { name: "IDENTITY_SIGNIN_WINDOW", default: "15 minutes", meaning: "the fixed window of IDENTITY_SIGNIN_LIMIT", secret: false },
+  {
     name: "IDENTITY_SESSION_TTL",
     default: "15 minutes",
     meaning: "how long a session issued by a password sign-in (POST /api/sessions) authenticates",
