@@ -49,29 +49,38 @@ export class PeerLimit extends Context.Tag("@delivery/identity/PeerLimit")<PeerL
   ) => Effect.Effect<void, IdentityRateLimited | IdentityStorageUnavailable>
 }>() {}
 
+/**
+ * One fixed-window token for `key`, or the refusal every identity limit answers with: 429 with `Retry-After`
+ * when the window is spent, 503 (fail closed) when the limiter's store cannot be reached.
+ */
+export const consumeOrRefuse = (
+  limiter: RateLimiter.RateLimiter,
+  options: { readonly key: string; readonly limit: number; readonly window: Duration.DurationInput; readonly operation: string }
+): Effect.Effect<void, IdentityRateLimited | IdentityStorageUnavailable> =>
+  limiter.consume({ key: options.key, limit: options.limit, window: options.window, algorithm: "fixed-window", onExceeded: "fail" }).pipe(
+    Effect.asVoid,
+    Effect.catchAll((error): Effect.Effect<never, IdentityRateLimited | IdentityStorageUnavailable> => {
+      if (error.reason === "Exceeded") {
+        const retryAfter = Duration.toMillis(error.retryAfter)
+        return withHeader("retry-after", String(retryAfterSeconds(retryAfter))).pipe(
+          Effect.zipRight(Effect.fail(new IdentityRateLimited({ retryAfter })))
+        )
+      }
+      // The limiter's store is down: refuse rather than let the guarded work go unbounded.
+      return Effect.fail(new IdentityStorageUnavailable({ operation: options.operation }))
+    })
+  )
+
 const make = Effect.gen(function* () {
   const limiter = yield* RateLimiter.RateLimiter
   const config = yield* PeerLimitConfig
   const admit = (request: HttpServerRequest.HttpServerRequest) =>
-    limiter.consume({
+    consumeOrRefuse(limiter, {
       key: `identity-peer:${peerOf(request, config.trustedProxyHops)}`,
       limit: config.limit,
       window: config.window,
-      algorithm: "fixed-window",
-      onExceeded: "fail"
-    }).pipe(
-      Effect.asVoid,
-      Effect.catchAll((error): Effect.Effect<never, IdentityRateLimited | IdentityStorageUnavailable> => {
-        if (error.reason === "Exceeded") {
-          const retryAfter = Duration.toMillis(error.retryAfter)
-          return withHeader("retry-after", String(retryAfterSeconds(retryAfter))).pipe(
-            Effect.zipRight(Effect.fail(new IdentityRateLimited({ retryAfter })))
-          )
-        }
-        // The limiter's store is down: refuse (fail closed) rather than verify without a limit.
-        return Effect.fail(new IdentityStorageUnavailable({ operation: "Authentication.peerLimit" }))
-      })
-    )
+      operation: "Authentication.peerLimit"
+    })
   return PeerLimit.of({ admit })
 })
 

@@ -1,10 +1,8 @@
-import { integerBetween, positiveDuration } from "@delivery/core"
+import { Canonical, integerBetween, positiveDuration } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { Config, Context, Duration, Effect, Layer } from "effect"
-import { createHash } from "node:crypto"
-import type { Email, TenantId } from "./Domain.ts"
-import { IdentityRateLimited, IdentityStorageUnavailable } from "./Domain.ts"
-import { retryAfterSeconds, withHeader } from "./PeerLimit.ts"
+import type { Email, IdentityRateLimited, IdentityStorageUnavailable, TenantId } from "./Domain.ts"
+import { consumeOrRefuse } from "./PeerLimit.ts"
 
 export const IDENTITY_SIGNIN_LIMIT = "IDENTITY_SIGNIN_LIMIT"
 export const IDENTITY_SIGNIN_WINDOW = "IDENTITY_SIGNIN_WINDOW"
@@ -27,21 +25,9 @@ const make = Effect.gen(function* () {
   const config = yield* SignInLimitConfig
   // The address is hashed so that a limiter store (Redis, say) never holds e-mail addresses.
   const keyOf = (tenant: TenantId, email: Email) =>
-    `identity-signin:${tenant}:${createHash("sha256").update(email, "utf8").digest("hex")}`
+    `identity-signin:${tenant}:${Canonical.sha256Hex(email)}`
   const admit = (tenant: TenantId, email: Email) =>
-    limiter.consume({ key: keyOf(tenant, email), limit: config.limit, window: config.window, algorithm: "fixed-window", onExceeded: "fail" }).pipe(
-      Effect.asVoid,
-      Effect.catchAll((error): Effect.Effect<never, IdentityRateLimited | IdentityStorageUnavailable> => {
-        if (error.reason === "Exceeded") {
-          const retryAfter = Duration.toMillis(error.retryAfter)
-          return withHeader("retry-after", String(retryAfterSeconds(retryAfter))).pipe(
-            Effect.zipRight(Effect.fail(new IdentityRateLimited({ retryAfter })))
-          )
-        }
-        // The store is down: refuse (fail closed) rather than let guessing go unbounded.
-        return Effect.fail(new IdentityStorageUnavailable({ operation: "SignIn.addressLimit" }))
-      })
-    )
+    consumeOrRefuse(limiter, { key: keyOf(tenant, email), limit: config.limit, window: config.window, operation: "SignIn.addressLimit" })
   return SignInLimit.of({ admit })
 })
 
