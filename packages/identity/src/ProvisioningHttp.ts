@@ -6,7 +6,7 @@ import { deliveryApiId } from "./Http.ts"
 import { type Page, Identity, passwordMaxLength, passwordMinLength } from "./Identity.ts"
 import { CurrentOperator, operatorActor } from "./OperatorAuthentication.ts"
 import { PasswordRefused, ProvisioningApi, ProvisioningConflict, ProvisioningNotFound } from "./ProvisioningApi.ts"
-import type { ProvisioningActor } from "./Views.ts"
+import type { ChangeOutcome, ProvisioningActor } from "./Views.ts"
 
 const ProvisioningOnlyApi = HttpApi.make(deliveryApiId).add(ProvisioningApi)
 
@@ -53,11 +53,17 @@ const toWire = (error: ServiceRefusal, correlationId: string): WireRefusal => {
 const isServiceRefusal = (error: { readonly _tag: string }): error is ServiceRefusal =>
   error._tag === "IdentityNotFound" || error._tag === "IdentityConflict" || error._tag === "PasswordRejected"
 
-const withRefusals = <A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Wire<E>, R> =>
-  Effect.flatMap(requestCorrelationId, (correlationId) =>
-    Effect.mapError(effect, (error) => (isServiceRefusal(error) ? toWire(error, correlationId) : error) as Wire<E>))
+const wire = <E extends { readonly _tag: string }>(error: E, correlationId: string) =>
+  (isServiceRefusal(error) ? toWire(error, correlationId) : error) as Wire<E>
 
-/** Runs `change` as the operator and logs it with its attribution; refusals change nothing and have no audit row. */
+/** For reads: their refusals (an unknown tenant) in the wire shape. */
+const withRefusals = <A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, Wire<E>, R> =>
+  Effect.flatMap(requestCorrelationId, (correlationId) => Effect.mapError(effect, (error) => wire(error, correlationId)))
+
+/**
+ * Runs `change` as the operator, logs it with its attribution and answers its refusals in the wire shape;
+ * refusals change nothing and have no audit row.
+ */
 const asOperator = <A, E extends { readonly _tag: string }, R>(
   action: string,
   change: (by: ProvisioningActor) => Effect.Effect<A, E, R>
@@ -68,9 +74,14 @@ const asOperator = <A, E extends { readonly _tag: string }, R>(
       Effect.tap(() => Effect.logInfo(`operator provisioning: ${action}`)),
       Effect.tapError((error) =>
         Effect.logInfo(`operator provisioning refused: ${action}`).pipe(Effect.annotateLogs({ refusal: error._tag }))),
-      Effect.annotateLogs({ actor: by.actor })
+      Effect.annotateLogs({ actor: by.actor }),
+      Effect.mapError((error) => wire(error, by.correlationId))
     )
   })
+
+/** The answer's outcome: the action's own word when it changed something, `unchanged` for a repeat. */
+const outcomeAs = <W extends string>(word: W) => (outcome: ChangeOutcome): W | "unchanged" =>
+  outcome === "applied" ? word : "unchanged"
 
 const pageOf = (params: { readonly limit?: number | undefined; readonly after?: string | undefined }): Page => ({
   limit: params.limit ?? 100,
@@ -86,29 +97,29 @@ export const ProvisioningHttpLive = HttpApiBuilder.group(ProvisioningOnlyApi, "p
     return handlers
       .handle("createTenant", ({ payload }) =>
         asOperator("create tenant", (by) =>
-          Effect.map(identity.createTenant(payload.id, by), (tenant) => ({ tenant, correlationId: by.correlationId }))).pipe(withRefusals))
+          Effect.map(identity.createTenant(payload.id, by), (tenant) => ({ tenant, correlationId: by.correlationId }))))
       .handle("listTenants", ({ urlParams }) => identity.listTenants(pageOf(urlParams)))
       .handle("createAccount", ({ path, payload }) =>
         asOperator("create account", (by) =>
           Effect.map(
             identity.createAccountAs({ tenant: path.tenant, email: payload.email, password: payload.password }, by),
             (account) => ({ account, correlationId: by.correlationId })
-          )).pipe(withRefusals))
+          )))
       .handle("listAccounts", ({ path, urlParams }) => identity.listAccounts(path.tenant, pageOf(urlParams)).pipe(withRefusals))
       .handle("disableAccount", ({ path }) =>
         asOperator("disable account", (by) =>
           Effect.map(identity.setAccountEnabled(path.tenant, path.account, false, by), (changed) => ({
             account: changed.account,
-            outcome: changed.outcome === "applied" ? "disabled" as const : "unchanged" as const,
+            outcome: outcomeAs("disabled")(changed.outcome),
             correlationId: by.correlationId
-          }))).pipe(withRefusals))
+          }))))
       .handle("enableAccount", ({ path }) =>
         asOperator("enable account", (by) =>
           Effect.map(identity.setAccountEnabled(path.tenant, path.account, true, by), (changed) => ({
             account: changed.account,
-            outcome: changed.outcome === "applied" ? "enabled" as const : "unchanged" as const,
+            outcome: outcomeAs("enabled")(changed.outcome),
             correlationId: by.correlationId
-          }))).pipe(withRefusals))
+          }))))
       .handle("issueApiKey", ({ path, payload }) =>
         asOperator("issue api key", (by) =>
           Effect.map(
@@ -121,16 +132,16 @@ export const ProvisioningHttpLive = HttpApiBuilder.group(ProvisioningOnlyApi, "p
               expiresIn: expiry(payload.expiresInSeconds)
             }, by),
             ({ token, ...apiKey }) => ({ apiKey, token, correlationId: by.correlationId })
-          )).pipe(withRefusals))
+          )))
       .handle("listApiKeys", ({ path, urlParams }) =>
         identity.listApiKeys(path.tenant, urlParams.account ?? null, pageOf(urlParams)).pipe(withRefusals))
       .handle("revokeApiKey", ({ path }) =>
         asOperator("revoke api key", (by) =>
           Effect.map(identity.revokeApiKey(path.tenant, path.id, by), (changed) => ({
             apiKey: changed.credential,
-            outcome: changed.outcome === "applied" ? "revoked" as const : "unchanged" as const,
+            outcome: outcomeAs("revoked")(changed.outcome),
             correlationId: by.correlationId
-          }))).pipe(withRefusals))
+          }))))
       .handle("issueDeviceCredential", ({ path, payload }) =>
         asOperator("issue device credential", (by) =>
           Effect.map(
@@ -141,14 +152,14 @@ export const ProvisioningHttpLive = HttpApiBuilder.group(ProvisioningOnlyApi, "p
               expiresIn: expiry(payload.expiresInSeconds)
             }, by),
             ({ token, ...deviceCredential }) => ({ deviceCredential, token, correlationId: by.correlationId })
-          )).pipe(withRefusals))
+          )))
       .handle("listDeviceCredentials", ({ path, urlParams }) =>
         identity.listDeviceCredentials(path.tenant, urlParams.account ?? null, pageOf(urlParams)).pipe(withRefusals))
       .handle("revokeDeviceCredential", ({ path }) =>
         asOperator("revoke device credential", (by) =>
           Effect.map(identity.revokeDeviceCredential(path.tenant, path.id, by), (changed) => ({
             deviceCredential: changed.credential,
-            outcome: changed.outcome === "applied" ? "revoked" as const : "unchanged" as const,
+            outcome: outcomeAs("revoked")(changed.outcome),
             correlationId: by.correlationId
-          }))).pipe(withRefusals))
+          }))))
   }))
