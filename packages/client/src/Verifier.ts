@@ -1,6 +1,7 @@
-import { decodeEnvelope, type Envelope, verifyEnvelopeSignature } from "@delivery/signer"
+import { WebhookSignature } from "@delivery/outbox"
+import { decodeEnvelope, type Envelope, publicKeyFromRaw, verifyEnvelopeSignature } from "@delivery/signer"
 import { Clock, Effect, Option, Schema } from "effect"
-import { createPublicKey, type KeyObject, verify } from "node:crypto"
+import { type KeyObject, verify } from "node:crypto"
 import type { DeliveryClient } from "./Client.ts"
 
 // Receiver side of outbound delivery (docs/controlplane-outbound.md, "Verifying a delivery"): the Standard
@@ -66,23 +67,19 @@ const headerOf = (headers: DeliveryRequest["headers"], name: string): string | u
   return undefined
 }
 
-const publicKeyObject = (raw: Uint8Array): KeyObject =>
-  createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: Buffer.from(raw).toString("base64url") }, format: "jwk" })
-
 const reject = (reason: VerificationReason) => Effect.fail(new DeliveryRejected({ reason }))
 
 /** Whether some `v1a,<base64>` entry of the space-separated header is a signature of `content` by `key`. */
 const someV1aVerifies = (header: string, content: Uint8Array, key: KeyObject) =>
   header.split(" ").some((entry) => {
     const comma = entry.indexOf(",")
-    if (comma < 0 || entry.slice(0, comma) !== "v1a") return false
+    if (comma < 0 || entry.slice(0, comma) !== WebhookSignature.SCHEME) return false
     const signature = Buffer.from(entry.slice(comma + 1), "base64")
     return signature.length === 64 && verify(null, content, key, signature)
   })
 
 export const makeVerifier = <E>(options: VerifierOptions<E>) => {
   const tolerance = options.toleranceSeconds ?? 300
-  const utf8 = new TextEncoder()
 
   /** Checks one delivery; succeeds with its envelope or fails with `DeliveryRejected` (or the lookup's error). */
   const verifyDelivery = (request: DeliveryRequest): Effect.Effect<VerifiedDelivery, DeliveryRejected | E> =>
@@ -111,8 +108,8 @@ export const makeVerifier = <E>(options: VerifierOptions<E>) => {
       if (key.state === "retired" && (key.verifyUntil === null || key.verifyUntil.getTime() <= now)) {
         return yield* reject("key-expired")
       }
-      const publicKey = publicKeyObject(key.publicKey)
-      if (!someV1aVerifies(signatures, utf8.encode(`${id}.${timestamp}.${body}`), publicKey)) {
+      const publicKey = publicKeyFromRaw(key.publicKey)
+      if (!someV1aVerifies(signatures, WebhookSignature.signedContent(id, timestamp, body), publicKey)) {
         return yield* reject("webhook-signature-invalid")
       }
       if (!verifyEnvelopeSignature(envelope, publicKey)) return yield* reject("envelope-signature-invalid")

@@ -37,7 +37,7 @@ const program = Effect.gen(function* () {
   const server = Bun.serve({
     hostname: "127.0.0.1",
     port,
-    fetch: (request) => Effect.runPromise(answer(request).pipe(Effect.provide(FetchHttpClient.layer)))
+    fetch: (request) => Effect.runPromise(answer(request))
   })
   console.log(`receiver listening on http://127.0.0.1:${server.port}`)
   yield* Effect.addFinalizer(() => Effect.promise(() => server.stop()))
