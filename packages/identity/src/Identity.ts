@@ -9,7 +9,8 @@ import {
   Unauthenticated,
   type UnauthenticatedReason
 } from "./Domain.ts"
-import { type ApiKeyRow, type DeviceCredentialRow, IdentityRepo, type SessionRow } from "./IdentityRepo.ts"
+import { IdentityRepo } from "./IdentityRepo.ts"
+import type { ApiKeyRow, DeviceCredentialRow, SessionRow } from "./IdentityRows.ts"
 import { hashPassword, passwordMaxLength } from "./Password.ts"
 import { makeProvisioning } from "./Provisioning.ts"
 import * as Token from "./Token.ts"

@@ -16,7 +16,8 @@ import {
   type Permission,
   type TenantId
 } from "./Domain.ts"
-import type { AuditEntry, IdentityRepo } from "./IdentityRepo.ts"
+import type { IdentityRepo } from "./IdentityRepo.ts"
+import type { AuditEntry } from "./IdentityRows.ts"
 import { checkPassword, hashPassword } from "./Password.ts"
 import { accountView, apiKeyView, deviceCredentialView, tenantView } from "./RowViews.ts"
 import * as Token from "./Token.ts"

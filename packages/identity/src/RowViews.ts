@@ -1,5 +1,5 @@
 import type { AccountId, ApiKeyId, ApiKeyName, DeviceCredentialId, DeviceId, Email, Permission, TenantId } from "./Domain.ts"
-import type { AccountViewRow, ApiKeyViewRow, DeviceCredentialViewRow, TenantRow } from "./IdentityRepo.ts"
+import type { AccountViewRow, ApiKeyViewRow, DeviceCredentialViewRow, TenantRow } from "./IdentityRows.ts"
 import { type AccountView, type ApiKeyView, credentialState, type DeviceCredentialView, type TenantView } from "./Views.ts"
 
 // Rows are constrained like the views' schemas (CHECKs in migration 0001), so they are branded as they are.
