@@ -45,6 +45,7 @@ const startBackend = (databaseUrl: string, port: number) =>
           HOME: process.env.HOME ?? "/tmp",
           DATABASE_URL: databaseUrl,
           PORT: String(port),
+          PASSWORD_RESET_DELIVERY: "disabled",
           LOG_LEVEL: "warn",
           // The bench measures the pipeline, not the limits: both are raised far past what it sends.
           IDENTITY_PEER_LIMIT: "1000000",

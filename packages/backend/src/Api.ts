@@ -3,6 +3,7 @@ import { JsonBodyRefused } from "@delivery/core"
 import { EnvelopeInboxApi, InboxStreamsApi } from "@delivery/envelope-inbox"
 import { IdentityApi, ProvisioningApi, SessionsApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
+import { PasswordResetApi, ResetMailOperatorApi } from "@delivery/reset-mail"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
 import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
@@ -16,12 +17,14 @@ export class Api extends HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdentityApi)
   .add(SessionsApi)
+  .add(PasswordResetApi)
   .add(ProvisioningApi)
   .add(EnvelopeInboxApi)
   .add(InboxStreamsApi)
   .add(SignerApi)
   .add(OutboxOperatorApi)
   .add(OutboxApi)
+  .add(ResetMailOperatorApi)
   // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
   .addError(RequestInvalid, { status: 400 })
   .addError(PathInvalid, { status: 400 })

@@ -1,7 +1,17 @@
-import { IDENTITY_CONFIG, OPERATOR_CONFIG, OperatorTokenConfig, PeerLimitConfig, SessionTtlConfig, SignInLimitConfig } from "@delivery/identity"
+import {
+  IDENTITY_CONFIG,
+  OPERATOR_CONFIG,
+  OperatorTokenConfig,
+  PeerLimitConfig,
+  ResetTokenKeyConfig,
+  ResetTtlConfig,
+  SessionTtlConfig,
+  SignInLimitConfig
+} from "@delivery/identity"
 import { SIGNER_CONFIG, SIGNER_REPLAY_WINDOW, SignerConfig } from "@delivery/signer"
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
+import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -37,7 +47,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...OPERATOR_CONFIG,
   ...SIGNER_CONFIG,
   ...INBOX_CONFIG,
-  ...OUTBOX_CONFIG
+  ...OUTBOX_CONFIG,
+  ...RESET_MAIL_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -94,7 +105,7 @@ const databaseUrl = Config.redacted().pipe(
 )
 
 /** One `Config.all`: every variable is read and every problem is reported together. */
-export const appConfig = Config.all({
+const baseConfig = Config.all({
   role: Config.literal("backend", "ingress")("ROLE").pipe(Config.withDefault<Role>("backend")),
   host,
   port: Config.port("PORT").pipe(Config.withDefault(3000)),
@@ -111,6 +122,10 @@ export const appConfig = Config.all({
   identity: PeerLimitConfig,
   sessionTtl: SessionTtlConfig,
   signInLimit: SignInLimitConfig,
+  // Whether reset tokens can be made here; the key itself is read again by the identity layer.
+  resetTokenKey: Config.map(Config.option(ResetTokenKeyConfig), (key) => (Option.isSome(key) ? "set" : "unset")),
+  resetTtl: ResetTtlConfig,
+  resetRequests: ResetRequestConfig,
   operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
   signer: SignerConfig,
   inbox: InboxConfig,
@@ -130,7 +145,30 @@ export const appConfig = Config.all({
   )
 )
 
-export type AppConfigShape = Config.Config.Success<typeof appConfig>
+export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
+  /** PASSWORD_RESET_DELIVERY and, when enabled, the reset-mail worker's settings (spec 002: required for every role). */
+  readonly passwordReset: ResetDelivery
+}
+
+// Only whether DATABASE_URL is set: the embedded development database gives PASSWORD_RESET_DELIVERY its default.
+const embedded = Config.map(Config.option(Config.string("DATABASE_URL")), Option.isNone)
+
+/**
+ * Every variable, every problem reported together: the base variables and the reset-mail delivery mode, whose
+ * worker variables are read (and all required) only when it is `enabled`.
+ */
+export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> = Effect.all(
+  [baseConfig, Effect.flatMap(embedded, loadResetDelivery)],
+  { mode: "either" }
+).pipe(
+  Effect.flatMap(([base, reset]) => {
+    if (Either.isRight(base) && Either.isRight(reset)) return Effect.succeed({ ...base.right, passwordReset: reset.right })
+    const errors: Array<ConfigError.ConfigError> = []
+    if (Either.isLeft(base)) errors.push(base.left)
+    if (Either.isLeft(reset)) errors.push(reset.left)
+    return Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
+  })
+)
 
 export class AppConfig extends Context.Tag("@delivery/backend/AppConfig")<AppConfig, AppConfigShape>() {}
 
@@ -201,5 +239,7 @@ export const describeConfig = (config: AppConfigShape) => ({
   readyCheckTimeoutMs: config.readyCheckTimeoutMs,
   logLevel: config.logLevel.label,
   operatorRoutes: config.operatorRoutes,
-  signerKeys: config.signer.keySource.source
+  signerKeys: config.signer.keySource.source,
+  passwordResetDelivery: config.passwordReset.mode,
+  passwordResetTokenKey: config.resetTokenKey
 })

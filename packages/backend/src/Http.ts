@@ -2,6 +2,7 @@ import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
 import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, ProvisioningHttpLive, SessionsHttpLive } from "@delivery/identity"
 import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
+import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/reset-mail"
 import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
@@ -17,6 +18,8 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(IdentityHttpLive),
   Layer.provide(ProvisioningHttpLive),
   Layer.provide(SessionsHttpLive),
+  Layer.provide(PasswordResetHttpLive),
+  Layer.provide(ResetMailOperatorHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
   Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),

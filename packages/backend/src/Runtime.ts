@@ -1,6 +1,7 @@
 import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
 import { EnvelopeInboxLive, inboxRetentionWorker } from "@delivery/envelope-inbox"
-import { Identity } from "@delivery/identity"
+import { Identity, PasswordResets } from "@delivery/identity"
+import { resetMailWorkerLive } from "@delivery/reset-mail"
 import { Outbox, OutboxSettings, outboxWorkerLive } from "@delivery/outbox"
 import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
@@ -24,18 +25,25 @@ export type WorkerContext =
   | FileSystem.FileSystem
   | Path.Path
   | Signer
+  | PasswordResets
 
 /** The delivery workers of the `backend` role. Each reads its settings from the AppConfig validated at start-up. */
 export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = [
   Layer.unwrapEffect(Effect.map(AppConfig, (config) => signerPurgeWorker(config.signer.purgeInterval))),
   Layer.unwrapEffect(Effect.map(AppConfig, (config) => inboxRetentionWorker(config.inbox.retentionInterval))),
-  Layer.unwrapEffect(Effect.map(AppConfig, (config) => outboxWorkerLive(config.outbox)))
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) => outboxWorkerLive(config.outbox))),
+  // PASSWORD_RESET_DELIVERY=disabled: no worker; the rows wait, durable, for a process that runs enabled.
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+    config.passwordReset.mode === "enabled"
+      ? resetMailWorkerLive(config.passwordReset.settings)
+      : Layer.effectDiscard(Effect.logInfo("password-reset delivery disabled: reset mail waits in the outbox"))))
 ]
 
 /** Shared services, built after the start-up checks and before any worker. */
 const ServicesLive = Layer.mergeAll(
   Readiness.Default,
   Identity.Default,
+  PasswordResets.Default,
   // SIGNER_KEYS or SIGNER_KEYS_FILE; none set: verify only (no private keys in this process).
   Signer.Default.pipe(Layer.provide(KeySource.layerFromConfig))
 ).pipe(Layer.provideMerge(WorkerRegistry.Default))
@@ -85,7 +93,14 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
         Layer.provide(DatabaseLive),
         Layer.provide(Layer.effectDiscard(
           Effect.logInfo(`starting delivery backend, role ${config.role}`).pipe(
-            Effect.annotateLogs(describeConfig(config))
+            Effect.annotateLogs(describeConfig(config)),
+            Effect.zipRight(
+              config.passwordReset.defaulted
+                ? Effect.logWarning(
+                  "PASSWORD_RESET_DELIVERY is unset: with the embedded development database it is taken as `disabled` (no reset mail is sent). Real deployments must set it; without DATABASE_URL's embedded default a missing value stops start-up."
+                )
+                : Effect.void
+            )
           )
         )),
         Layer.provide(BunContext.layer),

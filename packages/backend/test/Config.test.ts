@@ -28,7 +28,7 @@ describe("configuration", () => {
   it.effect("Secrets belong in the process environment: an invalid DATABASE_URL is named without its value", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(
-        Effect.flatten(load({ DATABASE_URL: "mysql://app:hunter2@db.internal/app", DATABASE_POOL_MAX: "0" }))
+        Effect.flatten(load({ DATABASE_URL: "mysql://app:hunter2@db.internal/app", DATABASE_POOL_MAX: "0", PASSWORD_RESET_DELIVERY: "disabled" }))
       )
       expect(error.variables).toEqual(["DATABASE_URL", "DATABASE_POOL_MAX"])
       expect(error.message).not.toContain("hunter2")
@@ -74,18 +74,107 @@ describe("configuration", () => {
     OUTBOX_BACKOFF_CAP: "x",
     OUTBOX_BACKOFF_JITTER: "2",
     OUTBOX_RETRY_AFTER_MAX: "x",
-    OUTBOX_DEFAULT_MAX_ATTEMPTS: "0"
+    OUTBOX_DEFAULT_MAX_ATTEMPTS: "0",
+    PASSWORD_RESET_TOKEN_KEY: "c2hvcnQ=",
+    PASSWORD_RESET_TTL: "0 seconds",
+    PASSWORD_RESET_DELIVERY: "sometimes",
+    PASSWORD_RESET_FROM: "not an address",
+    PASSWORD_RESET_FROM_NAME: "two\nlines",
+    PASSWORD_RESET_ORIGIN: "https://app.example.com/reset?x=1",
+    PASSWORD_RESET_POLL_INTERVAL: "0 seconds",
+    PASSWORD_RESET_STALE_CLAIM: "x",
+    PASSWORD_RESET_RETRY_BASE: "x",
+    PASSWORD_RESET_RETRY_CAP: "0 seconds",
+    PASSWORD_RESET_ADDRESS_LIMIT: "0",
+    PASSWORD_RESET_ADDRESS_WINDOW: "x",
+    PASSWORD_RESET_SOURCE_LIMIT: "0",
+    PASSWORD_RESET_SOURCE_WINDOW: "x",
+    PASSWORD_RESET_RESPONSE_FLOOR_MS: "5001",
+    MAIL_PROVIDER_URL: "https://user:pw@mail.example.com/send",
+    MAIL_PROVIDER_TOKEN: "",
+    MAIL_PROVIDER_TIMEOUT: "x"
   }
+
+  /** A complete, valid enabled reset-mail configuration: the worker's variables are read only when enabled. */
+  const enabled: Record<string, string> = {
+    PASSWORD_RESET_DELIVERY: "enabled",
+    MAIL_PROVIDER_URL: "https://mail.example.com/v1/send",
+    MAIL_PROVIDER_TOKEN: "mail-5ecret-token",
+    PASSWORD_RESET_FROM: "no-reply@example.com",
+    PASSWORD_RESET_ORIGIN: "https://app.example.com",
+    PASSWORD_RESET_TOKEN_KEY: Buffer.alloc(32, 7).toString("base64")
+  }
+  const readWhenEnabled = new Set([
+    "PASSWORD_RESET_FROM",
+    "PASSWORD_RESET_FROM_NAME",
+    "PASSWORD_RESET_ORIGIN",
+    "PASSWORD_RESET_POLL_INTERVAL",
+    "PASSWORD_RESET_STALE_CLAIM",
+    "PASSWORD_RESET_RETRY_BASE",
+    "PASSWORD_RESET_RETRY_CAP",
+    "MAIL_PROVIDER_URL",
+    "MAIL_PROVIDER_TOKEN",
+    "MAIL_PROVIDER_TIMEOUT"
+  ])
 
   it.effect("every variable of CONFIG, set to an invalid value, is named in the one start-up message (never `(1 problem: )`)", () =>
     Effect.gen(function* () {
       expect(Object.keys(invalid).sort()).toEqual(CONFIG.map((entry) => entry.name).sort())
       for (const entry of CONFIG) {
-        const error = yield* Effect.flip(Effect.flatten(load({ [entry.name]: invalid[entry.name]! })))
+        const base = readWhenEnabled.has(entry.name) ? enabled : entry.name === "DATABASE_URL" ? { PASSWORD_RESET_DELIVERY: "disabled" } : {}
+        const error = yield* Effect.flip(Effect.flatten(load({ ...base, [entry.name]: invalid[entry.name]! })))
         expect([entry.name, error.variables]).toEqual([entry.name, [entry.name]])
         expect(error.message).toContain(`(1 problem: ${entry.name}):`)
         expect(error.message).toContain(`\n  ${entry.name}: `)
       }
+    }))
+
+  it.effect("PASSWORD_RESET_DELIVERY is required for every role: missing with DATABASE_URL stops start-up naming it, ingress included", () =>
+    Effect.gen(function* () {
+      for (const role of ["backend", "ingress"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ ROLE: role, DATABASE_URL: "postgres://db.internal/app" })))
+        expect([role, error.variables]).toEqual([role, ["PASSWORD_RESET_DELIVERY"]])
+        expect(error.message).toContain("PASSWORD_RESET_DELIVERY: Expected enabled or disabled")
+      }
+      const set = Either.getOrThrow(yield* load({ DATABASE_URL: "postgres://db.internal/app", PASSWORD_RESET_DELIVERY: "disabled" }))
+      expect(set.passwordReset).toEqual({ mode: "disabled", defaulted: false })
+    }))
+
+  it.effect("the embedded development database gives an unset PASSWORD_RESET_DELIVERY the explicit value disabled, marked as defaulted", () =>
+    Effect.gen(function* () {
+      const config = Either.getOrThrow(yield* load({}))
+      expect(config.passwordReset).toEqual({ mode: "disabled", defaulted: true })
+    }))
+
+  it.effect("an enabled reset worker with incomplete provider configuration stops start-up naming every missing variable (the token never printed)", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(Effect.flatten(load({ PASSWORD_RESET_DELIVERY: "enabled" })))
+      expect(error.variables).toEqual(["PASSWORD_RESET_TOKEN_KEY", "PASSWORD_RESET_FROM", "PASSWORD_RESET_ORIGIN", "MAIL_PROVIDER_URL", "MAIL_PROVIDER_TOKEN"])
+      const complete = Either.getOrThrow(yield* load(enabled))
+      expect(complete.passwordReset.mode).toBe("enabled")
+      for (const name of Object.keys(enabled).filter((name) => name !== "PASSWORD_RESET_DELIVERY")) {
+        const { [name]: _, ...rest } = enabled
+        const missing = yield* Effect.flip(Effect.flatten(load(rest)))
+        expect([name, missing.variables]).toEqual([name, [name]])
+        expect(missing.message).not.toContain("mail-5ecret-token")
+      }
+    }))
+
+  it.effect("reset-mail endpoints and origins: credentials, query strings and fragments are refused; the stale-claim age must exceed the provider timeout", () =>
+    Effect.gen(function* () {
+      for (const url of ["https://user:pw@mail.example.com/send", "https://mail.example.com/send?key=1", "https://mail.example.com/send#x"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ ...enabled, MAIL_PROVIDER_URL: url })))
+        expect([url, error.variables]).toEqual([url, ["MAIL_PROVIDER_URL"]])
+        expect(error.message).not.toContain("pw@")
+      }
+      for (const origin of ["https://app.example.com/reset", "https://app.example.com?x", "https://app.example.com#x", "http://app.example.com", "https://u:p@app.example.com", "app.example.com"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ ...enabled, PASSWORD_RESET_ORIGIN: origin })))
+        expect([origin, error.variables]).toEqual([origin, ["PASSWORD_RESET_ORIGIN"]])
+      }
+      const loopback = Either.getOrThrow(yield* load({ ...enabled, PASSWORD_RESET_ORIGIN: "http://127.0.0.1:8080" }))
+      expect(loopback.passwordReset.mode === "enabled" && loopback.passwordReset.settings.origin).toBe("http://127.0.0.1:8080")
+      const stale = yield* Effect.flip(Effect.flatten(load({ ...enabled, MAIL_PROVIDER_TIMEOUT: "30 seconds", PASSWORD_RESET_STALE_CLAIM: "30 seconds" })))
+      expect(stale.variables).toEqual(["PASSWORD_RESET_STALE_CLAIM"])
     }))
 
   it.effect("HOST accepts host names and IPv4/IPv6 literals and refuses anything else, naming HOST", () =>

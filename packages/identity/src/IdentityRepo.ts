@@ -27,7 +27,7 @@ const Returned = Schema.Struct({ found: Schema.Literal(1) })
  * error; a row that does not decode is a bug and dies. Only the SQLSTATE is logged:
  * driver errors may carry statement parameters, and those include hashes.
  */
-const unavailable = (operation: string) => (error: SqlError.SqlError) => {
+export const unavailable = (operation: string) => (error: SqlError.SqlError) => {
   const code = (error.cause as { readonly code?: unknown } | undefined)?.code
   return Effect.logWarning("identity storage unavailable").pipe(
     Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
@@ -35,7 +35,7 @@ const unavailable = (operation: string) => (error: SqlError.SqlError) => {
   )
 }
 
-const storage = (operation: string) =>
+export const storage = (operation: string) =>
 <A, R>(effect: Effect.Effect<A, SqlError.SqlError | ParseResult.ParseError, R>) =>
   effect.pipe(Effect.catchTags({ ParseError: (error) => Effect.die(error), SqlError: unavailable(operation) }))
 

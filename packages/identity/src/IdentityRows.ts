@@ -78,6 +78,7 @@ export interface AuditEntry {
     | "api-key-revoke"
     | "device-credential-issue"
     | "device-credential-revoke"
+    | "password-reset"
   readonly subject: string
   readonly outcome: "applied" | "unchanged"
   readonly actor: string

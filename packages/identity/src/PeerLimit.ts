@@ -116,6 +116,18 @@ export const IDENTITY_CONFIG = [
     secret: false
   },
   {
+    name: "PASSWORD_RESET_TOKEN_KEY",
+    default: "(unset: reset requests answer 503 `password-reset-unavailable`)",
+    meaning: "32 random bytes as base64 (`openssl rand -base64 32`): seals reset tokens (AES-256-GCM) and keys their lookup hash (HMAC-SHA256); every process that serves reset routes or delivers reset mail needs the same value; changing it makes tokens already issued unusable",
+    secret: true
+  },
+  {
+    name: "PASSWORD_RESET_TTL",
+    default: "1 hour",
+    meaning: "how long a password-reset token can complete a reset; delivery never extends it",
+    secret: false
+  },
+  {
     name: TRUSTED_PROXY_HOPS,
     default: "0",
     meaning: "0: the peer is the socket address and X-Forwarded-For is ignored; n (at most 16): the n-th X-Forwarded-For entry from the right (never above the real number of proxies)",

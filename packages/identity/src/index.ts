@@ -9,7 +9,9 @@ export {
 } from "./Identity.ts"
 export { Authentication, AuthenticationFailure, CurrentIdentity, requirePermission } from "./Authentication.ts"
 export { authenticationLayer, AuthenticationLive } from "./AuthenticationLive.ts"
+export { peerOf } from "./Peer.ts"
 export {
+  consumeOrRefuse,
   IDENTITY_CONFIG,
   IDENTITY_PEER_LIMIT,
   IDENTITY_PEER_WINDOW,
@@ -18,7 +20,8 @@ export {
   peerLimitLayer,
   PeerLimitLive,
   retryAfterSeconds,
-  TRUSTED_PROXY_HOPS
+  TRUSTED_PROXY_HOPS,
+  withHeader
 } from "./PeerLimit.ts"
 export {
   CurrentOperator,
@@ -68,3 +71,12 @@ export { SessionIssued, SessionsApi, SignIn } from "./SessionsApi.ts"
 export { SessionsHttpLive } from "./SessionsHttp.ts"
 export { IDENTITY_SESSION_TTL, SessionTtlConfig } from "./Identity.ts"
 export { IDENTITY_SIGNIN_LIMIT, IDENTITY_SIGNIN_WINDOW, SignInLimit, SignInLimitConfig, SignInLimitLive } from "./SignInLimit.ts"
+export {
+  PASSWORD_RESET_TTL,
+  PasswordResets,
+  PasswordResetUnavailable,
+  ResetInvalid,
+  type ResetMailContext,
+  ResetTtlConfig
+} from "./PasswordResets.ts"
+export { isResetToken, maxResetTokenLength, PASSWORD_RESET_TOKEN_KEY, ResetTokenKeyConfig } from "./ResetToken.ts"

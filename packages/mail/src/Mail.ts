@@ -71,9 +71,8 @@ export type MailProviderSettings = Config.Config.Success<typeof MailProviderConf
  * (4xx, permanent), `Ambiguous` (timeout or interruption after sending) or `Temporary` (5xx, transport). A
  * retry must pass the same idempotency key.
  */
-export class Mailer extends Effect.Service<Mailer>()("@delivery/mail/Mailer", {
-  effect: Effect.gen(function* () {
-    const settings = yield* MailProviderConfig
+const makeMailer = (settings: MailProviderSettings) =>
+  Effect.gen(function* () {
     const provider = yield* ProviderHttp.ProviderHttp
     const send = (message: MailMessage, idempotencyKey: string) =>
       provider.send({
@@ -86,7 +85,16 @@ export class Mailer extends Effect.Service<Mailer>()("@delivery/mail/Mailer", {
       })
     return { send } as const
   })
+
+export class Mailer extends Effect.Service<Mailer>()("@delivery/mail/Mailer", {
+  effect: Effect.flatMap(MailProviderConfig, makeMailer)
 }) {
   /** With core's fetch-based provider adapter. */
   static readonly layerFetch = Mailer.Default.pipe(Layer.provide(ProviderHttp.ProviderHttp.layerFetch))
+
+  /** With settings already read (the backend validates them once at start-up) and the fetch-based adapter. */
+  static readonly layerWith = (settings: MailProviderSettings) =>
+    Layer.effect(Mailer, Effect.map(makeMailer(settings), (mailer) => Mailer.make(mailer))).pipe(
+      Layer.provide(ProviderHttp.ProviderHttp.layerFetch)
+    )
 }

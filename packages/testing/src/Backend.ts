@@ -17,6 +17,7 @@ export const startBackend = (env: Readonly<Record<string, string>> = {}, entry =
       PORT: String(port),
       OPERATOR_TOKEN,
       IDENTITY_PEER_LIMIT: "1000000",
+      PASSWORD_RESET_DELIVERY: "disabled",
       ...env
     })
     yield* backend.waitForOutput(/listening on http:/)

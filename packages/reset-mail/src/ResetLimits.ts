@@ -1,0 +1,51 @@
+import { Canonical, requestCorrelationId } from "@delivery/core"
+import { consumeOrRefuse, type Email, peerOf, PeerLimitConfig, retryAfterSeconds, type TenantId } from "@delivery/identity"
+import { RateLimiter } from "@effect/experimental"
+import type { HttpServerRequest } from "@effect/platform"
+import { Context, Effect, Layer } from "effect"
+import { ResetRateLimited, ResetUnavailable } from "./Api.ts"
+import { ResetRequestConfig } from "./ResetMailConfig.ts"
+
+/**
+ * Reset requests and completions, per source (the peer, as the identity limit finds it behind
+ * TRUSTED_PROXY_HOPS proxies) and, for requests, per address of a tenant across sources, so one address cannot
+ * be flooded with mail from many peers. The address is hashed: a limiter store never holds addresses.
+ */
+export class ResetLimits extends Context.Tag("@delivery/reset-mail/ResetLimits")<ResetLimits, {
+  readonly admitSource: (request: HttpServerRequest.HttpServerRequest) => Effect.Effect<void, ResetRateLimited | ResetUnavailable>
+  readonly admitAddress: (tenant: TenantId, email: Email) => Effect.Effect<void, ResetRateLimited | ResetUnavailable>
+}>() {}
+
+const make = Effect.gen(function* () {
+  const limiter = yield* RateLimiter.RateLimiter
+  const config = yield* ResetRequestConfig
+  const { trustedProxyHops } = yield* PeerLimitConfig
+  const consume = (key: string, limit: number, window: typeof config.sourceWindow, operation: string) =>
+    consumeOrRefuse(limiter, { key, limit, window, operation }).pipe(
+      Effect.catchTags({
+        IdentityRateLimited: (error) =>
+          Effect.flatMap(requestCorrelationId, (correlationId) =>
+            Effect.fail(new ResetRateLimited({ reason: "rate-limited", retryAfterSeconds: retryAfterSeconds(error.retryAfter), correlationId }))),
+        IdentityStorageUnavailable: () =>
+          Effect.flatMap(requestCorrelationId, (correlationId) =>
+            Effect.fail(new ResetUnavailable({ reason: "storage-unavailable", correlationId })))
+      })
+    )
+  return ResetLimits.of({
+    admitSource: (request) =>
+      consume(`password-reset-source:${peerOf(request, trustedProxyHops)}`, config.sourceLimit, config.sourceWindow, "PasswordReset.sourceLimit"),
+    admitAddress: (tenant, email) =>
+      consume(
+        `password-reset-address:${tenant}:${Canonical.sha256Hex(email)}`,
+        config.addressLimit,
+        config.addressWindow,
+        "PasswordReset.addressLimit"
+      )
+  })
+})
+
+/** Over an in-process store: each backend process counts its own requests (docs/operations.md). */
+export const ResetLimitsLive = Layer.effect(ResetLimits, make).pipe(
+  Layer.provide(RateLimiter.layer),
+  Layer.provide(RateLimiter.layerStoreMemory)
+)

@@ -1,0 +1,183 @@
+import { claimDue, fenced } from "@delivery/core"
+import { SqlClient, SqlError, SqlSchema } from "@effect/sql"
+import { Effect, type ParseResult, Schema } from "effect"
+
+// SQL of the reset-mail outbox (migrations/0014_reset_mail_outbox.sql, 0015_reset_mail_fingerprint.sql); private
+// to the package. Every transition after the claim is fenced: `id`, the claimed `attempt` and `state = 'sending'`.
+
+export class ResetMailStorageUnavailable extends Schema.TaggedError<ResetMailStorageUnavailable>()(
+  "ResetMailStorageUnavailable",
+  { operation: Schema.String }
+) {}
+
+const unavailable = (operation: string) => (error: SqlError.SqlError) => {
+  const code = (error.cause as { readonly code?: unknown } | undefined)?.code
+  return Effect.logWarning("reset-mail storage unavailable").pipe(
+    Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
+    Effect.zipRight(Effect.fail(new ResetMailStorageUnavailable({ operation })))
+  )
+}
+
+/** A database failure is an outcome (the tick fails and the next one tries again); a row that does not decode is a bug. */
+const storage = (operation: string) =>
+<A, R>(effect: Effect.Effect<A, SqlError.SqlError | ParseResult.ParseError, R>) =>
+  effect.pipe(Effect.catchTags({ ParseError: (error) => Effect.die(error), SqlError: unavailable(operation) }))
+
+/** The same for statements without a row schema, fenced transitions included (their `LeaseLost` passes through). */
+const statement = (operation: string) =>
+<A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.catchIf(effect, (error): error is Extract<E, SqlError.SqlError> => error._tag === "SqlError", (error) =>
+    unavailable(operation)(error as SqlError.SqlError))
+
+export const ClaimedRow = Schema.Struct({
+  id: Schema.String,
+  verification_id: Schema.String,
+  tenant_id: Schema.String,
+  attempt: Schema.Number,
+  fingerprint: Schema.NullOr(Schema.String)
+})
+export type ClaimedRow = typeof ClaimedRow.Type
+
+export const EndedState = Schema.Literal("rejected", "quarantined", "stopped")
+export type EndedState = typeof EndedState.Type
+export type FinalState = "delivered" | EndedState
+
+export const StateCount = Schema.Struct({
+  state: Schema.String,
+  reason: Schema.NullOr(Schema.String),
+  count: Schema.Number
+})
+
+export const ListedRow = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  state: Schema.String,
+  reason: Schema.NullOr(Schema.String),
+  attempt: Schema.Number,
+  provider_status: Schema.NullOr(Schema.Number),
+  created_at: Schema.DateFromSelf,
+  updated_at: Schema.DateFromSelf
+})
+export type ListedRow = typeof ListedRow.Type
+
+export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/reset-mail/ResetMailRepo", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const resource = "reset_mail_outbox"
+
+    const insert = (r: { readonly id: string; readonly verificationId: string; readonly tenant: string; readonly at: Date }) =>
+      sql`INSERT INTO reset_mail_outbox (id, verification_id, tenant_id, state, attempt, next_attempt_at, created_at, updated_at)
+          VALUES (${r.id}, ${r.verificationId}, ${r.tenant}, 'pending', 0, ${r.at}, ${r.at}, ${r.at})`.withoutTransform
+
+    // Spec 002: reset polling quarantines claims older than the stale-claim age. Whether such a call reached the
+    // provider is unknown, so it is never sent again under the same identity.
+    const quarantineStale = (r: { readonly claimedBefore: Date; readonly at: Date }) =>
+      sql<{ readonly id: string }>`
+        UPDATE reset_mail_outbox
+        SET state = 'quarantined', reason = 'stale-claim', lease_owner = NULL, updated_at = ${r.at}
+        WHERE state = 'sending' AND claimed_at < ${r.claimedBefore}
+        RETURNING id::text AS id`.withoutTransform
+
+    const claimOne = SqlSchema.findAll({
+      Request: Schema.Struct({ now: Schema.DateFromSelf, owner: Schema.String }),
+      Result: ClaimedRow,
+      execute: (r) => sql`
+        ${claimDue(sql, {
+          table: resource,
+          due: sql`state = 'pending' AND next_attempt_at <= ${r.now}`,
+          orderBy: sql`next_attempt_at, id`,
+          limit: 1,
+          lease: sql`state = 'sending', claimed_at = ${r.now}, lease_owner = ${r.owner}, last_error = NULL, updated_at = ${r.now}`,
+          returning: sql`m.id::text AS id, m.verification_id::text AS verification_id, m.tenant_id, m.attempt, m.fingerprint`
+        })}
+        SELECT * FROM claimed`.withoutTransform
+    })
+
+    const fence = (claim: ClaimedRow) => sql`m.id = ${claim.id} AND m.attempt = ${claim.attempt} AND m.state = 'sending'`
+    const target = (claim: ClaimedRow) => ({ resource, id: claim.id, attempt: claim.attempt })
+
+    const setFingerprint = (claim: ClaimedRow, fingerprint: string, at: Date) =>
+      fenced(
+        sql<{ readonly id: string }>`
+          UPDATE reset_mail_outbox m SET fingerprint = ${fingerprint}, updated_at = ${at}
+          WHERE ${fence(claim)} AND m.fingerprint IS NULL RETURNING m.id`.withoutTransform,
+        target(claim)
+      )
+
+    const finish = (claim: ClaimedRow, r: {
+      readonly state: FinalState
+      readonly reason: string | null
+      readonly providerStatus: number | null
+      readonly at: Date
+    }) =>
+      fenced(
+        sql<{ readonly id: string }>`
+          UPDATE reset_mail_outbox m
+          SET state = ${r.state}, reason = ${r.reason}, provider_status = ${r.providerStatus}, lease_owner = NULL,
+              updated_at = ${r.at}
+          WHERE ${fence(claim)} RETURNING m.id`.withoutTransform,
+        target(claim)
+      )
+
+    const retry = (claim: ClaimedRow, r: {
+      readonly nextAttemptAt: Date
+      readonly lastError: string
+      readonly providerStatus: number | null
+      readonly at: Date
+    }) =>
+      fenced(
+        sql<{ readonly id: string }>`
+          UPDATE reset_mail_outbox m
+          SET state = 'pending', next_attempt_at = ${r.nextAttemptAt}, last_error = ${r.lastError},
+              provider_status = ${r.providerStatus}, lease_owner = NULL, updated_at = ${r.at}
+          WHERE ${fence(claim)} RETURNING m.id`.withoutTransform,
+        target(claim)
+      )
+
+    const summary = SqlSchema.findAll({
+      Request: Schema.Void,
+      Result: StateCount,
+      execute: () => sql`
+        SELECT state, reason, count(*)::int AS count FROM reset_mail_outbox
+        GROUP BY state, reason ORDER BY state, reason NULLS FIRST`.withoutTransform
+    })
+
+    const list = SqlSchema.findAll({
+      Request: Schema.Struct({
+        state: EndedState,
+        reason: Schema.NullOr(Schema.String),
+        tenant: Schema.NullOr(Schema.String),
+        after: Schema.NullOr(Schema.String),
+        limit: Schema.Number
+      }),
+      Result: ListedRow,
+      execute: (r) => sql`
+        SELECT id::text AS id, tenant_id, state, reason, attempt, provider_status, created_at, updated_at
+        FROM reset_mail_outbox
+        WHERE state = ${r.state}
+          ${r.reason === null ? sql`` : sql`AND reason = ${r.reason}`}
+          ${r.tenant === null ? sql`` : sql`AND tenant_id = ${r.tenant}`}
+          ${r.after === null ? sql`` : sql`AND id > ${r.after}::uuid`}
+        ORDER BY id LIMIT ${r.limit}`.withoutTransform
+    })
+
+    return {
+      insert: (r: Parameters<typeof insert>[0]) => Effect.asVoid(insert(r)).pipe(statement("insert")),
+      quarantineStale: (r: Parameters<typeof quarantineStale>[0]) =>
+        Effect.map(quarantineStale(r), (rows) => rows.length).pipe(statement("quarantineStale")),
+      claimOne: (now: Date, owner: string) =>
+        Effect.map(claimOne({ now, owner }), (rows) => rows[0]).pipe(storage("claim")),
+      setFingerprint: (claim: ClaimedRow, fingerprint: string, at: Date) =>
+        Effect.asVoid(setFingerprint(claim, fingerprint, at)).pipe(statement("setFingerprint")),
+      finish: (claim: ClaimedRow, r: Parameters<typeof finish>[1]) => Effect.asVoid(finish(claim, r)).pipe(statement("finish")),
+      retry: (claim: ClaimedRow, r: Parameters<typeof retry>[1]) => Effect.asVoid(retry(claim, r)).pipe(statement("retry")),
+      summary: summary(undefined).pipe(storage("summary")),
+      list: (r: Parameters<typeof list>[0]) => list(r).pipe(storage("list")),
+      /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
+      transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
+        sql.withTransaction(effect).pipe(
+          Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, unavailable(operation))
+        )
+    } as const
+  })
+}) {}

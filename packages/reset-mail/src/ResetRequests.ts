@@ -1,0 +1,33 @@
+import type { Email, TenantId } from "@delivery/identity"
+import { PasswordResets } from "@delivery/identity"
+import { Clock, Effect, Option } from "effect"
+import { randomUUID } from "node:crypto"
+import { ResetMailRepo } from "./ResetMailRepo.ts"
+
+/**
+ * A reset request (spec 002): for an enabled account, its verification and an outbox row commit in one
+ * transaction; for any other address, nothing. Either way the caller learns nothing: the answer does not depend
+ * on the outcome. The request never talks to the mail provider; the worker does.
+ */
+export class ResetRequests extends Effect.Service<ResetRequests>()("@delivery/reset-mail/ResetRequests", {
+  effect: Effect.gen(function* () {
+    const resets = yield* PasswordResets
+    const repo = yield* ResetMailRepo
+
+    const request = Effect.fn("ResetRequests.request")(function* (input: { readonly tenant: TenantId; readonly email: Email }) {
+      return yield* repo.transaction(
+        "request",
+        Effect.gen(function* () {
+          const verification = yield* resets.begin(input)
+          if (Option.isNone(verification)) return false
+          const at = new Date(yield* Clock.currentTimeMillis)
+          // Ids and the tenant only: the address, token and body are read live by each delivery attempt.
+          yield* repo.insert({ id: randomUUID(), verificationId: verification.value.verificationId, tenant: input.tenant, at })
+          return true
+        })
+      )
+    })
+
+    return { request, complete: resets.complete } as const
+  })
+}) {}
