@@ -104,7 +104,9 @@ const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, 
       const child: ChildProcess = spawn(bunExecutable(), args, {
         cwd: repoRoot,
         env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...mutation.env, ...env },
-        stdio: ["ignore", "pipe", "pipe"]
+        stdio: ["ignore", "pipe", "pipe"],
+        // Its own process group, so the release below also reaches what it started (`bun run` starts a child).
+        detached: true
       })
       let text = ""
       let code: number | undefined
@@ -152,6 +154,12 @@ const spawnBunWith = (args: ReadonlyArray<string>, env: Readonly<Record<string, 
     }),
     ({ child, exited, mutation }) =>
       Effect.sync(() => {
+        try {
+          // The whole group: a SIGKILLed `bun run` cannot pass the signal on, and its child would live on.
+          process.kill(-child.pid!, "SIGKILL")
+        } catch {
+          // Already gone.
+        }
         if (!exited()) child.kill("SIGKILL")
         mutation.collect()
       })
