@@ -1,6 +1,6 @@
-import { claimDue, fenced } from "@delivery/core"
-import { SqlClient, SqlError, SqlSchema } from "@effect/sql"
-import { Effect, type ParseResult, Schema } from "effect"
+import { claimDue, fenced, storageErrors } from "@delivery/core"
+import { SqlClient, SqlSchema } from "@effect/sql"
+import { Effect, Schema } from "effect"
 
 // SQL of the reset-mail outbox (migrations/0014_reset_mail_outbox.sql, 0015_reset_mail_fingerprint.sql); private
 // to the package. Every transition after the claim is fenced: `id`, the claimed `attempt` and `state = 'sending'`.
@@ -10,24 +10,8 @@ export class ResetMailStorageUnavailable extends Schema.TaggedError<ResetMailSto
   { operation: Schema.String }
 ) {}
 
-const unavailable = (operation: string) => (error: SqlError.SqlError) => {
-  const code = (error.cause as { readonly code?: unknown } | undefined)?.code
-  return Effect.logWarning("reset-mail storage unavailable").pipe(
-    Effect.annotateLogs({ operation, sqlstate: typeof code === "string" ? code : "unknown" }),
-    Effect.zipRight(Effect.fail(new ResetMailStorageUnavailable({ operation })))
-  )
-}
-
-/** A database failure is an outcome (the tick fails and the next one tries again); a row that does not decode is a bug. */
-const storage = (operation: string) =>
-<A, R>(effect: Effect.Effect<A, SqlError.SqlError | ParseResult.ParseError, R>) =>
-  effect.pipe(Effect.catchTags({ ParseError: (error) => Effect.die(error), SqlError: unavailable(operation) }))
-
-/** The same for statements without a row schema, fenced transitions included (their `LeaseLost` passes through). */
-const statement = (operation: string) =>
-<A, E extends { readonly _tag: string }, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.catchIf(effect, (error): error is Extract<E, SqlError.SqlError> => error._tag === "SqlError", (error) =>
-    unavailable(operation)(error as SqlError.SqlError))
+/** Database failures become `ResetMailStorageUnavailable` (core's `storageErrors`); fenced `LeaseLost` passes through. */
+const storage = (operation: string) => storageErrors(operation, () => new ResetMailStorageUnavailable({ operation }))
 
 export const ClaimedRow = Schema.Struct({
   id: Schema.String,
@@ -162,22 +146,20 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
     })
 
     return {
-      insert: (r: Parameters<typeof insert>[0]) => Effect.asVoid(insert(r)).pipe(statement("insert")),
+      insert: (r: Parameters<typeof insert>[0]) => Effect.asVoid(insert(r)).pipe(storage("insert")),
       quarantineStale: (r: Parameters<typeof quarantineStale>[0]) =>
-        Effect.map(quarantineStale(r), (rows) => rows.length).pipe(statement("quarantineStale")),
+        Effect.map(quarantineStale(r), (rows) => rows.length).pipe(storage("quarantineStale")),
       claimOne: (now: Date, owner: string) =>
         Effect.map(claimOne({ now, owner }), (rows) => rows[0]).pipe(storage("claim")),
       setFingerprint: (claim: ClaimedRow, fingerprint: string, at: Date) =>
-        Effect.asVoid(setFingerprint(claim, fingerprint, at)).pipe(statement("setFingerprint")),
-      finish: (claim: ClaimedRow, r: Parameters<typeof finish>[1]) => Effect.asVoid(finish(claim, r)).pipe(statement("finish")),
-      retry: (claim: ClaimedRow, r: Parameters<typeof retry>[1]) => Effect.asVoid(retry(claim, r)).pipe(statement("retry")),
+        Effect.asVoid(setFingerprint(claim, fingerprint, at)).pipe(storage("setFingerprint")),
+      finish: (claim: ClaimedRow, r: Parameters<typeof finish>[1]) => Effect.asVoid(finish(claim, r)).pipe(storage("finish")),
+      retry: (claim: ClaimedRow, r: Parameters<typeof retry>[1]) => Effect.asVoid(retry(claim, r)).pipe(storage("retry")),
       summary: summary(undefined).pipe(storage("summary")),
       list: (r: Parameters<typeof list>[0]) => list(r).pipe(storage("list")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
-        sql.withTransaction(effect).pipe(
-          Effect.catchIf((error): error is SqlError.SqlError => error instanceof SqlError.SqlError, unavailable(operation))
-        )
+        sql.withTransaction(effect).pipe(storage(operation))
     } as const
   })
 }) {}
