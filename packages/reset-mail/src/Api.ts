@@ -105,7 +105,10 @@ export const EndedRow = Schema.Struct({
 
 export const EndedPage = Schema.Struct({
   rows: Schema.Array(EndedRow),
-  /** Pass as `after` for the next page; null on the last one. */
+  /**
+   * Pass as `after` for the next page; null when this page is not full. A full page names a cursor even when
+   * nothing follows (the page after it is then empty, with null): the rows are not counted ahead.
+   */
   next: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "ResetMailEndedPage" })
 

@@ -1,7 +1,7 @@
-import { Backoff, type LeaseLost, ProviderHttp, workerLayer } from "@delivery/core"
+import { Backoff, type ProviderHttp, workerLayer } from "@delivery/core"
 import { PasswordResets, type ResetMailContext } from "@delivery/identity"
 import { fingerprint, MailMessage, Mailer } from "@delivery/mail"
-import { Clock, Context, Duration, Effect, Either, Exit, Layer, Option, Schema } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Either, Exit, Layer, Option, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import type { WorkerSettings } from "./ResetMailConfig.ts"
@@ -79,39 +79,94 @@ export class ResetMailDelivery extends Effect.Service<ResetMailDelivery>()("@del
       }
     }
 
-    const attempt = (row: ClaimedRow) =>
+    /** Temporary failures before any provider I/O put the row back at once: nothing can have been sent. */
+    const releaseUnsent = (row: ClaimedRow, lastError: string, due: "now" | "backoff") =>
+      Effect.gen(function* () {
+        const at = yield* Clock.currentTimeMillis
+        const wait = due === "now" ? 0 : Duration.toMillis(yield* Backoff.delayFor(backoff, row.attempt))
+        yield* repo.retry(row, { nextAttemptAt: new Date(at + wait), lastError, providerStatus: null, at: new Date(at) })
+        return "retry" as const
+      })
+
+    /**
+     * Everything before provider I/O: the live checks, the payload, its fingerprint (stored on the first attempt,
+     * compared on retries). Either the row's final state or the message to send.
+     */
+    const prepare = (row: ClaimedRow) =>
+      Effect.gen(function* () {
+        const context = yield* resets.mailContext(row.verification_id)
+        if (context._tag === "Unreadable") return yield* finish(row, "quarantined", "verification-invalid")
+        if (context._tag !== "Live") return yield* finish(row, "stopped", stoppedReason[context._tag])
+        const rendered = decodeMessage(template.render({
+          sender: settings.sender,
+          origin: settings.origin,
+          to: context.email,
+          token: context.token,
+          expiresAt: context.expiresAt
+        }))
+        // An address the mail adapter cannot carry (a quote, a comma): no provider could deliver it either.
+        if (Option.isNone(rendered)) return yield* finish(row, "rejected", "mailbox-invalid")
+        const message = rendered.value
+        const current = fingerprint(message)
+        if (row.fingerprint === null) {
+          // Before any provider I/O: a crash after this line leaves a row whose retries are checked against it.
+          yield* repo.setFingerprint(row, current, yield* now)
+        } else if (row.fingerprint !== current) {
+          // Spec 002: never send a changed payload under the old delivery identity.
+          return yield* finish(row, "quarantined", "verification-invalid")
+        }
+        return message
+      }).pipe(
+        // The database failed before anything was sent: the row is retried later rather than left to be
+        // quarantined as a stale claim. If even that write fails, the stale-claim rule takes the row.
+        Effect.catchTags({
+          IdentityStorageUnavailable: () => releaseUnsent(row, "storage-unavailable", "backoff"),
+          ResetMailStorageUnavailable: () => releaseUnsent(row, "storage-unavailable", "backoff")
+        })
+      )
+
+    const deliver = (row: ClaimedRow, restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) =>
+      Effect.gen(function* () {
+        const prepared = yield* prepare(row)
+        if (typeof prepared === "string") return prepared
+        // `started` tells an interruption during the call from one that arrived earlier (during the work above,
+        // which runs uninterruptibly): `restore` then fails at once and the call never begins.
+        let started = false
+        const sent = yield* Effect.exit(restore(Effect.suspend(() => {
+          started = true
+          return mailer.send(prepared, row.id)
+        })))
+        if (Exit.isSuccess(sent)) return yield* record(row, sent.value)
+        // Interrupted mid-call (shutdown): the call is aborted and may have reached the provider. The fenced
+        // quarantine must be written before the pool closes; if it cannot be, the process exits non-zero.
+        // Interrupted before the call: nothing reached the provider, so the outcome is not ambiguous and a
+        // quarantine would only cost the user the mail; the row goes back to pending, due now (same fingerprint).
+        const cleanup = started ? finish(row, "quarantined", "provider-interrupted") : releaseUnsent(row, "worker-interrupted", "now")
+        const outcome = yield* cleanup.pipe(
+          // Another worker already quarantined it as stale: nothing left to record.
+          Effect.catchTag("LeaseLost", () => Effect.succeed("lease-lost" as const)),
+          Effect.orDie
+        )
+        // `send` never fails: anything but an interruption is a bug in the adapter, recorded like an
+        // interruption (the call may have gone out) and then raised.
+        if (!Cause.isInterruptedOnly(sent.cause)) return yield* Effect.failCause(sent.cause)
+        return outcome
+      })
+
+    /**
+     * One attempt, uninterruptible from the claim on except for the provider call itself: a claimed row always
+     * ends the attempt with a recorded, fenced transition (or dies trying, which exits non-zero at shutdown).
+     */
+    const attempt = (owner: string, at: number) =>
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
-          const context = yield* resets.mailContext(row.verification_id)
-          if (context._tag === "Unreadable") return yield* finish(row, "quarantined", "verification-invalid")
-          if (context._tag !== "Live") return yield* finish(row, "stopped", stoppedReason[context._tag])
-          const rendered = decodeMessage(template.render({
-            sender: settings.sender,
-            origin: settings.origin,
-            to: context.email,
-            token: context.token,
-            expiresAt: context.expiresAt
-          }))
-          // An address the mail adapter cannot carry (a quote, a comma): no provider could deliver it either.
-          if (Option.isNone(rendered)) return yield* finish(row, "rejected", "mailbox-invalid")
-          const message = rendered.value
-          const current = fingerprint(message)
-          if (row.fingerprint === null) {
-            // Before any provider I/O: a crash after this line leaves a row whose retries are checked against it.
-            yield* repo.setFingerprint(row, current, yield* now)
-          } else if (row.fingerprint !== current) {
-            // Spec 002: never send a changed payload under the old delivery identity.
-            return yield* finish(row, "quarantined", "verification-invalid")
-          }
-          const sent = yield* Effect.exit(restore(mailer.send(message, row.id)))
-          if (Exit.isSuccess(sent)) return yield* record(row, sent.value)
-          // Interrupted mid-call (shutdown): the call is aborted and may have reached the provider. The fenced
-          // quarantine must be written before the pool closes; if it cannot be, the process exits non-zero.
-          return yield* finish(row, "quarantined", "provider-interrupted").pipe(
-            // Another worker already quarantined it as stale: nothing left to record.
-            Effect.catchTag("LeaseLost", () => Effect.succeed("lease-lost" as const)),
-            Effect.orDie
+          const row = yield* repo.claimOne(new Date(at), owner)
+          if (row === undefined) return Option.none()
+          const outcome = yield* deliver(row, restore).pipe(
+            // A late owner records nothing: its fenced write touched no row.
+            Effect.catchTag("LeaseLost", () => Effect.succeed("lease-lost" as const))
           )
+          return Option.some({ row, outcome })
         })
       )
 
@@ -122,15 +177,16 @@ export class ResetMailDelivery extends Effect.Service<ResetMailDelivery>()("@del
         at: new Date(at)
       })
       if (quarantinedStale > 0) yield* Effect.logWarning("reset mail: stale claims quarantined").pipe(Effect.annotateLogs({ count: quarantinedStale }))
-      const row = yield* repo.claimOne(new Date(at), owner)
-      if (row === undefined) return { quarantinedStale, attempt: Option.none() } satisfies TickResult
-      const outcome = yield* attempt(row).pipe(
-        Effect.catchTag("LeaseLost", (_: LeaseLost) => Effect.succeed("lease-lost" as const))
-      )
-      yield* Effect.logInfo("reset mail attempt").pipe(
-        Effect.annotateLogs({ outbox: row.id, attempt: row.attempt, outcome })
-      )
-      return { quarantinedStale, attempt: Option.some({ id: row.id, outcome }) } satisfies TickResult
+      const done = yield* attempt(owner, at)
+      if (Option.isSome(done)) {
+        yield* Effect.logInfo("reset mail attempt").pipe(
+          Effect.annotateLogs({ outbox: done.value.row.id, attempt: done.value.row.attempt, outcome: done.value.outcome })
+        )
+      }
+      return {
+        quarantinedStale,
+        attempt: Option.map(done, ({ outcome, row }) => ({ id: row.id, outcome }))
+      } satisfies TickResult
     })
 
     return { tick } as const
