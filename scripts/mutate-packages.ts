@@ -38,5 +38,9 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   outbox: {
     mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "OutboxConfig", "WebhookSignature", "Sender", "DeliveryRate", "Recorder"]),
     tests: ["packages/outbox"]
+  },
+  "reset-mail": {
+    mutate: modules("reset-mail", ["ResetMailWorker", "ResetMailRepo", "ResetRequests", "Template"]),
+    tests: ["packages/reset-mail"]
   }
 }

@@ -249,13 +249,12 @@ layer(SuiteLayer, { excludeTestServices: true })("delivery-admin reset-mail agai
       const last = yield* cli(["reset-mail", "ended", "--state", "quarantined", "--limit", "2", "--after", q[3].id], env)
       expect(cells(last.stdout).map((line) => line[0])).toEqual(["id", q[4].id])
 
-      // A page exactly as long as what is left still names a cursor; the page after it is empty and has none.
+      // A page exactly as long as what is left is the last page: no cursor.
       const exact = yield* cliJson(["reset-mail", "ended", "--state", "rejected", "--limit", "2"], env)
-      expect([ids(exact), exact.next]).toEqual([[r[0].id, r[1].id], r[1].id])
-      expect(yield* cliJson(["reset-mail", "ended", "--state", "rejected", "--after", exact.next], env)).toEqual({ rows: [], next: null })
+      expect([ids(exact), exact.next]).toEqual([[r[0].id, r[1].id], null])
       // Paging and filters together.
       const filtered = yield* ended("--reason", "fingerprint-unknown", "--after", q[0].id)
-      expect(filtered).toEqual({ rows: [q[1], q[4]].map(listed), next: q[4].id })
+      expect(filtered).toEqual({ rows: [q[1], q[4]].map(listed), next: null })
     }))
 
   it.scoped("usage errors exit 2 before any request: no --state, a state that is not an ended one, a bad reason, tenant, cursor or limit, the group alone, no OPERATOR_TOKEN", () =>

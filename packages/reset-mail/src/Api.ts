@@ -1,5 +1,5 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
-import { Email, maxResetTokenLength, OperatorAuthentication, PasswordRefused, TenantId } from "@delivery/identity"
+import { Email, OperatorAuthentication, PasswordRefused, passwordMaxLength, passwordMinLength, TenantId } from "@delivery/identity"
 import { Schema } from "effect"
 import { EndedState } from "./ResetMailRepo.ts"
 
@@ -21,11 +21,18 @@ export const acceptedAnswer = {
   message: "If an enabled account has this address, a reset mail is on its way."
 } as const
 
+// No length bounds in the schema (the edge's body limit bounds the request): a bound here answered 400
+// `request-invalid` where the route promises 422 `password-too-long` (checked before the token) and, for an
+// overlong token, the one 400 `reset-invalid`. Both checks look at the length first, before any other work.
 export const ResetCompletion = Schema.Struct({
-  /** `reset_…` from the mail's link; never logged. */
-  token: Schema.Redacted(Schema.String.pipe(Schema.maxLength(maxResetTokenLength + 16))),
-  /** The new password (12-1024 characters); never logged. */
-  password: Schema.Redacted(Schema.String.pipe(Schema.maxLength(1024)))
+  /** Never logged. */
+  token: Schema.Redacted(Schema.String).annotations({
+    description: "`reset_…` from the mail's link; anything else is 400 `reset-invalid`"
+  }),
+  /** Never logged, stored only as an argon2id hash. */
+  password: Schema.Redacted(Schema.String).annotations({
+    description: `${passwordMinLength} to ${passwordMaxLength} characters, else 422 (checked before the token)`
+  })
 }).annotations({ identifier: "ResetCompletion", parseOptions: { onExcessProperty: "error" } })
 
 export const ResetCompleted = Schema.Struct({ status: Schema.Literal("completed") }).annotations({ identifier: "ResetCompleted" })
@@ -105,10 +112,7 @@ export const EndedRow = Schema.Struct({
 
 export const EndedPage = Schema.Struct({
   rows: Schema.Array(EndedRow),
-  /**
-   * Pass as `after` for the next page; null when this page is not full. A full page names a cursor even when
-   * nothing follows (the page after it is then empty, with null): the rows are not counted ahead.
-   */
+  /** Pass as `after` for the next page; null on the last page. */
   next: Schema.NullOr(Schema.String)
 }).annotations({ identifier: "ResetMailEndedPage" })
 

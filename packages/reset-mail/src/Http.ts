@@ -75,13 +75,15 @@ const operatorHandlers = HttpApiBuilder.group(ResetOnlyApi, "resetMailOperator",
       .handle("ended", ({ urlParams }) =>
         Effect.gen(function* () {
           const limit = urlParams.limit ?? 100
-          const rows = yield* storage(repo.list({
+          // One row ahead: a cursor only when another page follows.
+          const fetched = yield* storage(repo.list({
             state: urlParams.state,
             reason: urlParams.reason ?? null,
             tenant: urlParams.tenant ?? null,
             after: urlParams.after ?? null,
-            limit
+            limit: limit + 1
           }))
+          const rows = fetched.slice(0, limit)
           return {
             rows: rows.map((row) => ({
               id: row.id,
@@ -94,7 +96,7 @@ const operatorHandlers = HttpApiBuilder.group(ResetOnlyApi, "resetMailOperator",
               createdAt: row.created_at,
               updatedAt: row.updated_at
             })),
-            next: rows.length === limit ? rows[rows.length - 1]!.id : null
+            next: fetched.length > limit ? rows[rows.length - 1]!.id : null
           }
         }))
   }))
