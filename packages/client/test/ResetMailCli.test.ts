@@ -271,11 +271,12 @@ layer(SuiteLayer, { excludeTestServices: true })("delivery-admin reset-mail agai
         [["reset-mail", "ended", "--state", "quarantined", "--limit", "101"], "between 1 and 100"],
         [["reset-mail", "frobnicate"], ""]
       ]
-      for (const [args, message] of cases) {
-        const run = yield* cli(args, env)
-        expect([args, run.code, run.stdout]).toEqual([args, 2, ""])
-        expect(run.stderr).toContain(message)
-      }
+      // Independent processes: run side by side.
+      const runs = yield* Effect.forEach(cases, ([args]) => cli(args, env), { concurrency: 4 })
+      cases.forEach(([args, message], i) => {
+        expect([args, runs[i]!.code, runs[i]!.stdout]).toEqual([args, 2, ""])
+        expect(runs[i]!.stderr).toContain(message)
+      })
       const group = yield* cli(["reset-mail"], env)
       expect(group).toMatchObject({ code: 2, stdout: "", stderr: "usage: reset-mail needs a command: summary, ended (see --help)\n" })
       const json = yield* cli(["reset-mail", "ended", "--json"], env)
