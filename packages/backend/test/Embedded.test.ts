@@ -7,7 +7,7 @@ import { backendMain, freePort, get, spawnBun } from "@delivery/testing"
 
 // The only test on the embedded database: everything else runs on real PostgreSQL.
 describe("embedded development default", () => {
-  it.live("Without DATABASE_URL the backend must still start for a first look: embedded PostgreSQL, clearly logged as a development default", () =>
+  it.live("Without DATABASE_URL the backend must still start for a first look: embedded PostgreSQL, clearly logged as a development default, PASSWORD_RESET_DELIVERY taken as disabled with a warning", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const dataDir = yield* Effect.acquireRelease(
@@ -27,6 +27,10 @@ describe("embedded development default", () => {
         const output = yield* backend.output
         expect(output).toMatch(/WARN.*EMBEDDED DEVELOPMENT DATABASE.*NOT for production or tests/)
         expect(output).toContain(`dataDir: ${dataDir}`)
+        // The README's first command sets no PASSWORD_RESET_DELIVERY: the embedded default gives it an explicit,
+        // loudly logged value instead of weakening the rule for real deployments.
+        expect(output).toMatch(/WARN.*PASSWORD_RESET_DELIVERY is unset: with the embedded development database it is taken as `disabled`/)
+        expect(output).toContain("passwordResetDelivery: disabled")
 
         yield* backend.signal("SIGTERM")
         expect(yield* backend.exitCode()).toBe(0)
