@@ -1,8 +1,8 @@
-import { Identity, PasswordResets } from "@delivery/identity"
+import { Email, Identity, PasswordResets, TenantId } from "@delivery/identity"
 import { connect, LoopbackProvider, LoopbackReply, TestDatabase } from "@delivery/testing"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule } from "effect"
+import { Cause, ConfigProvider, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule, Schema } from "effect"
 import { randomBytes } from "node:crypto"
 import { ResetMailRepo } from "../src/ResetMailRepo.ts"
 import { deliveryLoop, ResetMailDelivery, ResetMailSettings, type TickResult } from "../src/ResetMailWorker.ts"
@@ -295,6 +295,21 @@ layer(SuiteLayer, { excludeTestServices: true })("reset-mail worker (spec 002, r
       expect(Option.isNone((yield* delivery.tick("w1")).attempt)).toBe(true)
       expect((yield* provider.requests).length).toBe(1)
       expect(yield* snapshot(row.id)).not.toContain("secret detail")
+    }))
+
+  it.effect("an account address the mail adapter cannot carry (a quote) ends the row rejected mailbox-invalid without a provider request", () =>
+    Effect.gen(function* () {
+      const { provider } = yield* setup
+      const identity = yield* Identity
+      const tenant = TenantId.make(`r-${randomBytes(4).toString("hex")}`)
+      yield* identity.createTenant(tenant)
+      const email = Schema.decodeSync(Email)(`bo"b.${tenant}@example.com`)
+      yield* identity.createAccount({ tenant, email })
+      const { delivery } = yield* workerWith()
+      const row = yield* requestReset({ tenant, email, account: "unused" as never })
+      expect(outcomeOf(yield* delivery.tick("w1"))).toBe("rejected")
+      expect(yield* rowOf(row.id)).toMatchObject({ state: "rejected", reason: "mailbox-invalid", lease_owner: null })
+      expect((yield* provider.requests).length).toBe(0)
     }))
 
   it.effect("'Reset timeout ... deliberately differ[s] from receipt retries ... timeout as ambiguous': no answer within MAIL_PROVIDER_TIMEOUT quarantines the row with provider-timeout, never sent again", () =>
