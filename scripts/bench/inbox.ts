@@ -46,6 +46,7 @@ const startBackend = (databaseUrl: string, port: number) =>
           DATABASE_URL: databaseUrl,
           PORT: String(port),
           PASSWORD_RESET_DELIVERY: "disabled",
+          RECEIPT_DELIVERY: "disabled",
           LOG_LEVEL: "warn",
           // The bench measures the pipeline, not the limits: both are raised far past what it sends.
           IDENTITY_PEER_LIMIT: "1000000",

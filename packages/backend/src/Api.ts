@@ -4,6 +4,7 @@ import { EnvelopeInboxApi, InboxStreamsApi } from "@delivery/envelope-inbox"
 import { IdentityApi, ProvisioningApi, SessionsApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { PasswordResetApi, ResetMailOperatorApi } from "@delivery/reset-mail"
+import { ReceiptsApi, ReceiptsOperatorApi } from "@delivery/receipts"
 import { SignerApi } from "@delivery/signer"
 import { HealthApi } from "./HealthApi.ts"
 import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
@@ -25,6 +26,8 @@ export class Api extends HttpApi.make("delivery")
   .add(OutboxOperatorApi)
   .add(OutboxApi)
   .add(ResetMailOperatorApi)
+  .add(ReceiptsApi)
+  .add(ReceiptsOperatorApi)
   // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
   .addError(RequestInvalid, { status: 400 })
   .addError(PathInvalid, { status: 400 })

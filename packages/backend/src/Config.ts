@@ -12,6 +12,7 @@ import { SIGNER_CONFIG, SIGNER_REPLAY_WINDOW, SignerConfig } from "@delivery/sig
 import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
+import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@delivery/receipts"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -48,7 +49,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...SIGNER_CONFIG,
   ...INBOX_CONFIG,
   ...OUTBOX_CONFIG,
-  ...RESET_MAIL_CONFIG
+  ...RESET_MAIL_CONFIG,
+  ...RECEIPTS_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -148,6 +150,8 @@ const baseConfig = Config.all({
 export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
   /** PASSWORD_RESET_DELIVERY and, when enabled, the reset-mail worker's settings (spec 002: required for every role). */
   readonly passwordReset: ResetDelivery
+  /** RECEIPT_DELIVERY, the receipt provider configuration and storage roots (spec 002: required for every role). */
+  readonly receipts: ReceiptsSettings
 }
 
 // Only whether DATABASE_URL is set: the embedded development database gives PASSWORD_RESET_DELIVERY its default.
@@ -158,14 +162,24 @@ const embedded = Config.map(Config.option(Config.string("DATABASE_URL")), Option
  * worker variables are read (and all required) only when it is `enabled`.
  */
 export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> = Effect.all(
-  [baseConfig, Effect.flatMap(embedded, loadResetDelivery)],
+  [baseConfig, Effect.flatMap(embedded, loadResetDelivery), Effect.flatMap(embedded, loadReceiptsSettings)],
   { mode: "either" }
 ).pipe(
-  Effect.flatMap(([base, reset]) => {
-    if (Either.isRight(base) && Either.isRight(reset)) return Effect.succeed({ ...base.right, passwordReset: reset.right })
+  Effect.flatMap(([base, reset, receipts]) => {
+    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts)) {
+      // An upload passes the HTTP edge's body limit first: a larger file limit could never be reached.
+      if (receipts.right.timing.fileMaxBytes > base.right.maxRequestBodyBytes) {
+        return Effect.fail(ConfigError.InvalidData(
+          ["RECEIPT_FILE_MAX_BYTES"],
+          `Expected at most MAX_REQUEST_BODY_BYTES (${base.right.maxRequestBodyBytes}): uploads pass the HTTP edge's body limit first`
+        ))
+      }
+      return Effect.succeed({ ...base.right, passwordReset: reset.right, receipts: receipts.right })
+    }
     const errors: Array<ConfigError.ConfigError> = []
     if (Either.isLeft(base)) errors.push(base.left)
     if (Either.isLeft(reset)) errors.push(reset.left)
+    if (Either.isLeft(receipts)) errors.push(receipts.left)
     return Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
   })
 )
@@ -241,5 +255,8 @@ export const describeConfig = (config: AppConfigShape) => ({
   operatorRoutes: config.operatorRoutes,
   signerKeys: config.signer.keySource.source,
   passwordResetDelivery: config.passwordReset.mode,
+  receiptDelivery: config.receipts.mode,
+  receiptProvider: Option.isSome(config.receipts.provider) ? "configured" : "none",
+  receiptStorage: Option.isSome(config.receipts.roots) ? "configured" : "none",
   passwordResetTokenKey: config.resetTokenKey
 })

@@ -3,6 +3,7 @@ import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, Provi
 import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/reset-mail"
+import { ReceiptsHttpLive, ReceiptsOperatorHttpLive } from "@delivery/receipts"
 import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
@@ -20,6 +21,8 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(SessionsHttpLive),
   Layer.provide(PasswordResetHttpLive),
   Layer.provide(ResetMailOperatorHttpLive),
+  Layer.provide(ReceiptsHttpLive),
+  Layer.provide(ReceiptsOperatorHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
   Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),

@@ -2,6 +2,7 @@ import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
 import { EnvelopeInboxLive, inboxRetentionWorker } from "@delivery/envelope-inbox"
 import { Identity, PasswordResets } from "@delivery/identity"
 import { resetMailWorkerLive } from "@delivery/reset-mail"
+import { receiptsLayer, receiptWorkerLayer, ReceiptWork, ReceiptWorkSettings } from "@delivery/receipts"
 import { Outbox, OutboxSettings, outboxWorkerLive } from "@delivery/outbox"
 import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
@@ -26,6 +27,8 @@ export type WorkerContext =
   | Path.Path
   | Signer
   | PasswordResets
+  | ReceiptWork
+  | ReceiptWorkSettings
 
 /** The delivery workers of the `backend` role. Each reads its settings from the AppConfig validated at start-up. */
 export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = [
@@ -36,7 +39,13 @@ export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerConte
   Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
     config.passwordReset.mode === "enabled"
       ? resetMailWorkerLive(config.passwordReset.settings)
-      : Layer.effectDiscard(Effect.logInfo("password-reset delivery disabled: reset mail waits in the outbox"))))
+      : Layer.effectDiscard(Effect.logInfo("password-reset delivery disabled: reset mail waits in the outbox")))),
+  // RECEIPT_DELIVERY=disabled: no worker; the effects wait, durable (requests still make their bounded attempt
+  // when receipt provider configuration is present).
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+    config.receipts.mode === "enabled"
+      ? receiptWorkerLayer
+      : Layer.effectDiscard(Effect.logInfo("receipt delivery disabled: receipt effects wait in their queue"))))
 ]
 
 /** Shared services, built after the start-up checks and before any worker. */
@@ -47,6 +56,9 @@ const ServicesLive = Layer.mergeAll(
   // SIGNER_KEYS or SIGNER_KEYS_FILE; none set: verify only (no private keys in this process).
   Signer.Default.pipe(Layer.provide(KeySource.layerFromConfig))
 ).pipe(Layer.provideMerge(WorkerRegistry.Default))
+
+/** Receipts and their effects executor, for the request path and the worker alike (one file store, one mailer). */
+const ReceiptsServicesLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => receiptsLayer(config.receipts)))
 
 /** The envelope inbox verifies with the shared Signer, so it is built on top of the shared services. */
 const InboxServicesLive = EnvelopeInboxLive.pipe(Layer.provideMerge(ServicesLive))
@@ -88,12 +100,20 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
       HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
         Layer.provide(OutboxServicesLive),
+        Layer.provideMerge(ReceiptsServicesLive),
         Layer.provide(InboxServicesLive),
         Layer.provide(StartupChecksLive),
         Layer.provide(DatabaseLive),
         Layer.provide(Layer.effectDiscard(
           Effect.logInfo(`starting delivery backend, role ${config.role}`).pipe(
             Effect.annotateLogs(describeConfig(config)),
+            Effect.zipRight(
+              config.receipts.defaulted
+                ? Effect.logWarning(
+                  "RECEIPT_DELIVERY is unset: with the embedded development database it is taken as `disabled` (receipt effects wait). Real deployments must set it."
+                )
+                : Effect.void
+            ),
             Effect.zipRight(
               config.passwordReset.defaulted
                 ? Effect.logWarning(

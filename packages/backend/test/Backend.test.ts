@@ -14,7 +14,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("backend process", (it) =
       // The test cluster trusts local connections, so the password is never checked: it only has to stay unlogged.
       const url = new URL(db.url)
       url.password = "never-logged-5ecret"
-      const backend = yield* spawnBun(backendMain, { DATABASE_URL: url.toString(), PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled" })
+      const backend = yield* spawnBun(backendMain, { DATABASE_URL: url.toString(), PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" })
       yield* backend.waitForOutput(/listening on http:\/\/127\.0\.0\.1:\d+ \(role backend\)/)
       yield* waitForPort(port)
 
@@ -83,7 +83,8 @@ layer(TestDatabaseLive, { excludeTestServices: true })("ingress role", (it) => {
         DATABASE_URL: db.url,
         PORT: String(port),
         ROLE: "ingress",
-        PASSWORD_RESET_DELIVERY: "disabled"
+        PASSWORD_RESET_DELIVERY: "disabled",
+        RECEIPT_DELIVERY: "disabled"
       })
       yield* ingress.waitForOutput(/listening on .* \(role ingress\)/)
 

@@ -28,7 +28,7 @@ describe("configuration", () => {
   it.effect("Secrets belong in the process environment: an invalid DATABASE_URL is named without its value", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(
-        Effect.flatten(load({ DATABASE_URL: "mysql://app:hunter2@db.internal/app", DATABASE_POOL_MAX: "0", PASSWORD_RESET_DELIVERY: "disabled" }))
+        Effect.flatten(load({ DATABASE_URL: "mysql://app:hunter2@db.internal/app", DATABASE_POOL_MAX: "0", PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }))
       )
       expect(error.variables).toEqual(["DATABASE_URL", "DATABASE_POOL_MAX"])
       expect(error.message).not.toContain("hunter2")
@@ -92,8 +92,30 @@ describe("configuration", () => {
     PASSWORD_RESET_RESPONSE_FLOOR_MS: "5001",
     MAIL_PROVIDER_URL: "https://user:pw@mail.example.com/send",
     MAIL_PROVIDER_TOKEN: "",
-    MAIL_PROVIDER_TIMEOUT: "x"
+    MAIL_PROVIDER_TIMEOUT: "x",
+    RECEIPT_DELIVERY: "always",
+    RECEIPT_FROM: "receipts at example",
+    RECEIPT_FROM_NAME: "",
+    RECEIPT_STAGING_ROOT: "relative/staging",
+    RECEIPT_STORAGE_ROOT: "relative/storage",
+    RECEIPT_FILE_MAX_BYTES: "0",
+    RECEIPT_POLL_INTERVAL: "0 seconds",
+    RECEIPT_STALE_CLAIM: "x",
+    RECEIPT_RETRY_BASE: "x",
+    RECEIPT_RETRY_CAP: "0 seconds",
+    RECEIPT_INLINE_TIMEOUT: "x"
   }
+
+  /** A complete, valid enabled receipts configuration (roots are only checked on disk when the backend builds). */
+  const receiptsEnabled: Record<string, string> = {
+    RECEIPT_DELIVERY: "enabled",
+    MAIL_PROVIDER_URL: "https://mail.example.com/v1/send",
+    MAIL_PROVIDER_TOKEN: "mail-5ecret-token",
+    RECEIPT_FROM: "receipts@example.com",
+    RECEIPT_STAGING_ROOT: "/srv/receipts/staging",
+    RECEIPT_STORAGE_ROOT: "/srv/receipts/storage"
+  }
+  const readWithReceipts = new Set(["RECEIPT_FROM", "RECEIPT_FROM_NAME", "RECEIPT_STAGING_ROOT", "RECEIPT_STORAGE_ROOT"])
 
   /** A complete, valid enabled reset-mail configuration: the worker's variables are read only when enabled. */
   const enabled: Record<string, string> = {
@@ -121,7 +143,13 @@ describe("configuration", () => {
     Effect.gen(function* () {
       expect(Object.keys(invalid).sort()).toEqual(CONFIG.map((entry) => entry.name).sort())
       for (const entry of CONFIG) {
-        const base = readWhenEnabled.has(entry.name) ? enabled : entry.name === "DATABASE_URL" ? { PASSWORD_RESET_DELIVERY: "disabled" } : {}
+        const base = readWhenEnabled.has(entry.name)
+          ? enabled
+          : readWithReceipts.has(entry.name)
+          ? receiptsEnabled
+          : entry.name === "DATABASE_URL"
+          ? { PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }
+          : {}
         const error = yield* Effect.flip(Effect.flatten(load({ ...base, [entry.name]: invalid[entry.name]! })))
         expect([entry.name, error.variables]).toEqual([entry.name, [entry.name]])
         expect(error.message).toContain(`(1 problem: ${entry.name}):`)
@@ -132,11 +160,11 @@ describe("configuration", () => {
   it.effect("PASSWORD_RESET_DELIVERY is required for every role: missing with DATABASE_URL stops start-up naming it, ingress included", () =>
     Effect.gen(function* () {
       for (const role of ["backend", "ingress"]) {
-        const error = yield* Effect.flip(Effect.flatten(load({ ROLE: role, DATABASE_URL: "postgres://db.internal/app" })))
+        const error = yield* Effect.flip(Effect.flatten(load({ ROLE: role, DATABASE_URL: "postgres://db.internal/app", RECEIPT_DELIVERY: "disabled" })))
         expect([role, error.variables]).toEqual([role, ["PASSWORD_RESET_DELIVERY"]])
         expect(error.message).toContain("PASSWORD_RESET_DELIVERY: Expected enabled or disabled")
       }
-      const set = Either.getOrThrow(yield* load({ DATABASE_URL: "postgres://db.internal/app", PASSWORD_RESET_DELIVERY: "disabled" }))
+      const set = Either.getOrThrow(yield* load({ DATABASE_URL: "postgres://db.internal/app", PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }))
       expect(set.passwordReset).toEqual({ mode: "disabled", defaulted: false })
     }))
 
@@ -175,6 +203,32 @@ describe("configuration", () => {
       expect(loopback.passwordReset.mode === "enabled" && loopback.passwordReset.settings.origin).toBe("http://127.0.0.1:8080")
       const stale = yield* Effect.flip(Effect.flatten(load({ ...enabled, MAIL_PROVIDER_TIMEOUT: "30 seconds", PASSWORD_RESET_STALE_CLAIM: "30 seconds" })))
       expect(stale.variables).toEqual(["PASSWORD_RESET_STALE_CLAIM"])
+    }))
+
+  it.effect("RECEIPT_DELIVERY is required for every role; enabled needs the receipt provider configuration and both storage roots; disabled reads the provider only when RECEIPT_FROM is set; RECEIPT_FILE_MAX_BYTES stays within MAX_REQUEST_BODY_BYTES", () =>
+    Effect.gen(function* () {
+      const db = { DATABASE_URL: "postgres://db.internal/app", PASSWORD_RESET_DELIVERY: "disabled" }
+      for (const role of ["backend", "ingress"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ ...db, ROLE: role })))
+        expect([role, error.variables]).toEqual([role, ["RECEIPT_DELIVERY"]])
+      }
+      expect((Either.getOrThrow(yield* load({})).receipts)).toMatchObject({ mode: "disabled", defaulted: true })
+      const bare = yield* Effect.flip(Effect.flatten(load({ ...db, RECEIPT_DELIVERY: "enabled" })))
+      expect(bare.variables).toEqual(["MAIL_PROVIDER_URL", "MAIL_PROVIDER_TOKEN", "RECEIPT_FROM", "RECEIPT_STAGING_ROOT"])
+      const full = Either.getOrThrow(yield* load({ ...db, ...receiptsEnabled }))
+      expect(full.receipts.mode).toBe("enabled")
+      expect(Option.isSome(full.receipts.provider) && Option.isSome(full.receipts.roots)).toBe(true)
+      // Disabled without RECEIPT_FROM: no provider at all, whatever else is set.
+      const quiet = Either.getOrThrow(yield* load({ ...db, RECEIPT_DELIVERY: "disabled", MAIL_PROVIDER_URL: "https://mail.example.com/send" }))
+      expect(Option.isNone(quiet.receipts.provider)).toBe(true)
+      // Disabled with RECEIPT_FROM: the provider configuration must be complete.
+      const partial = yield* Effect.flip(Effect.flatten(load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_FROM: "receipts@example.com" })))
+      expect(partial.variables).toEqual(["MAIL_PROVIDER_URL", "MAIL_PROVIDER_TOKEN"])
+      const oneRoot = yield* Effect.flip(Effect.flatten(load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_STAGING_ROOT: "/srv/staging" })))
+      expect(oneRoot.variables).toEqual(["RECEIPT_STORAGE_ROOT"])
+      const big = yield* Effect.flip(Effect.flatten(load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_FILE_MAX_BYTES: "2097152" })))
+      expect(big.variables).toEqual(["RECEIPT_FILE_MAX_BYTES"])
+      expect(Either.isRight(yield* load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_FILE_MAX_BYTES: "2097152", MAX_REQUEST_BODY_BYTES: "2097152" }))).toBe(true)
     }))
 
   it.effect("HOST accepts host names and IPv4/IPv6 literals and refuses anything else, naming HOST", () =>

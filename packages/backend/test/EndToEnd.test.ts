@@ -127,6 +127,7 @@ layer(SuiteLayer, { excludeTestServices: true })("the shipped process (bun run s
           PORT: String(port),
           OPERATOR_TOKEN,
           PASSWORD_RESET_DELIVERY: "disabled",
+          RECEIPT_DELIVERY: "disabled",
           SIGNER_KEYS: `${TENANT}:k1:${b64url(seed)}`,
           OUTBOX_POLL_INTERVAL: "100 millis",
           INBOX_PAYLOAD_RETENTION: "3 seconds",

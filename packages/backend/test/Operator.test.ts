@@ -35,7 +35,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("operator routes in a rea
       const db = yield* TestDatabase
       const sql = yield* SqlClient.SqlClient
       const port = yield* freePort
-      const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), OPERATOR_TOKEN: TOKEN, PASSWORD_RESET_DELIVERY: "disabled" })
+      const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), OPERATOR_TOKEN: TOKEN, PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" })
       yield* backend.waitForOutput(/listening on http:\/\/127\.0\.0\.1:\d+ \(role backend\)/)
       yield* waitForPort(port)
       const keys = "/operator/tenants/acme/signing-keys"
@@ -85,7 +85,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("operator routes in a rea
     Effect.gen(function* () {
       const db = yield* TestDatabase
       const port = yield* freePort
-      const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled" })
+      const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" })
       yield* backend.waitForOutput(/listening on/)
       yield* waitForPort(port)
       const refused = yield* call(port, "GET", "/operator/tenants/acme/signing-keys", { token: TOKEN })

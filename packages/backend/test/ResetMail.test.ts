@@ -35,7 +35,7 @@ const start = (env: Record<string, string>, options: { readonly script?: boolean
   Effect.gen(function* () {
     const db = yield* TestDatabase
     const port = yield* freePort
-    const full = { DATABASE_URL: db.url, PORT: String(port), OPERATOR_TOKEN, IDENTITY_PEER_LIMIT: "1000000", ...env }
+    const full = { DATABASE_URL: db.url, PORT: String(port), OPERATOR_TOKEN, IDENTITY_PEER_LIMIT: "1000000", RECEIPT_DELIVERY: "disabled", ...env }
     const backend = yield* (options.script === true ? spawnBunScript("start", full) : spawnBun(backendMain, full))
     yield* backend.waitForOutput(/listening on http:/)
     return { port, backend }
@@ -212,7 +212,7 @@ layer(Suite, { excludeTestServices: true, timeout: 120_000 })("password-reset ma
       const db = yield* TestDatabase
       for (const env of [{}, { ROLE: "ingress" }, { PASSWORD_RESET_DELIVERY: "enabled", MAIL_PROVIDER_TOKEN: MAIL_TOKEN }]) {
         const port = yield* freePort
-        const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), ...env })
+        const backend = yield* spawnBun(backendMain, { DATABASE_URL: db.url, PORT: String(port), RECEIPT_DELIVERY: "disabled", ...env })
         expect(yield* backend.exitCode()).not.toBe(0)
         const output = yield* backend.output
         expect(output).not.toContain("listening on")

@@ -211,7 +211,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("shutdown with a database
       const db = yield* TestDatabase
       const sql = yield* SqlClient.SqlClient
       const port = yield* freePort
-      const backend = yield* spawnBun(backendWithWorker, { DATABASE_URL: db.url, PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled" })
+      const backend = yield* spawnBun(backendWithWorker, { DATABASE_URL: db.url, PORT: String(port), PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" })
       yield* backend.waitForOutput(/stand-in worker waiting/)
       yield* backend.waitForOutput(/listening on http:/)
 

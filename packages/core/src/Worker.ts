@@ -13,7 +13,17 @@ export class WorkerStopError extends Data.TaggedError("WorkerStopError")<{
  * provider call is aborted) fails the finalizer, so the process exits non-zero. A worker therefore turns a
  * failed cleanup into a defect (`Effect.orDie`) instead of swallowing it.
  */
-export const forkWorker = <E, R>(name: string, loop: Effect.Effect<unknown, E, R>) =>
+export interface WorkerOptions {
+  /**
+   * A failure of the worker (not its interruption) stops the whole process: SIGTERM to itself, so the orderly
+   * shutdown runs (HTTP drain, the other workers, the pool), then exits non-zero because this worker failed. For
+   * workers whose failure means the durable work cannot be trusted (spec 002: "Database errors and invalid
+   * durable envelopes stop the root worker"); a supervisor restarts the process and stale-claim rules recover.
+   */
+  readonly stopProcessOnFailure?: boolean
+}
+
+export const forkWorker = <E, R>(name: string, loop: Effect.Effect<unknown, E, R>, options: WorkerOptions = {}) =>
   Effect.gen(function* () {
     const registry = yield* WorkerRegistry
     yield* registry.register(name)
@@ -25,7 +35,15 @@ export const forkWorker = <E, R>(name: string, loop: Effect.Effect<unknown, E, R
         Exit.isFailure(exit) && !Cause.isInterrupted(exit.cause)
           ? Effect.zipRight(
             registry.markFailed(name),
-            Effect.logError(`worker ${name} failed`, exit.cause)
+            Effect.zipRight(
+              Effect.logError(`worker ${name} failed`, exit.cause),
+              options.stopProcessOnFailure === true
+                ? Effect.zipRight(
+                  Effect.logError(`worker ${name} failed: stopping the process`),
+                  Effect.sync(() => process.kill(process.pid, "SIGTERM"))
+                )
+                : Effect.void
+            )
           )
           : Effect.void
       ),
@@ -53,5 +71,5 @@ export const forkWorker = <E, R>(name: string, loop: Effect.Effect<unknown, E, R
   })
 
 /** A worker as a layer: what the backend's worker list holds. */
-export const workerLayer = <E, R>(name: string, loop: Effect.Effect<unknown, E, R>) =>
-  Layer.scopedDiscard(forkWorker(name, loop))
+export const workerLayer = <E, R>(name: string, loop: Effect.Effect<unknown, E, R>, options: WorkerOptions = {}) =>
+  Layer.scopedDiscard(forkWorker(name, loop, options))

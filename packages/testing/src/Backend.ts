@@ -18,6 +18,7 @@ export const startBackend = (env: Readonly<Record<string, string>> = {}, entry =
       OPERATOR_TOKEN,
       IDENTITY_PEER_LIMIT: "1000000",
       PASSWORD_RESET_DELIVERY: "disabled",
+      RECEIPT_DELIVERY: "disabled",
       ...env
     })
     yield* backend.waitForOutput(/listening on http:/)

@@ -1,0 +1,162 @@
+import { Canonical } from "@delivery/core"
+import { Clock, Effect, Either, Option, Schema, type Stream } from "effect"
+import { randomUUID } from "node:crypto"
+import {
+  AttachmentRefused,
+  CommandConflict,
+  type EffectKind,
+  RecordReceipt,
+  type ReceiptRecorded
+} from "./Domain.ts"
+import { FileStore } from "./FileStore.ts"
+import { type NewEffect, ReceiptsRepo } from "./ReceiptsRepo.ts"
+
+export interface Recorder {
+  readonly tenant: string
+  readonly account: string
+  /** Names the credential kind and id, never the credential: `api-key:<lookup id>`. */
+  readonly actor: string
+  readonly correlationId: string
+}
+
+const encodeCommand = Schema.encodeSync(RecordReceipt)
+
+/** The request's identity for replays: SHA-256 of its canonical JSON (defaults applied, so omitting `attachments` = []). */
+export const requestSha256 = (command: RecordReceipt) =>
+  Canonical.sha256Hex(Either.getOrThrow(Canonical.canonicalString(encodeCommand(command))))
+
+/**
+ * A receipt's effects in the order they must complete: each file promoted into the permanent root, then each staged
+ * copy deleted, then one audit check of the stored digests, then the payer's notification.
+ */
+export const planEffects = (attachments: ReadonlyArray<string>): ReadonlyArray<NewEffect> => {
+  const kinds: Array<{ readonly kind: EffectKind; readonly fileId: string | null }> = [
+    ...attachments.map((fileId) => ({ kind: "promote-file" as const, fileId })),
+    ...attachments.map((fileId) => ({ kind: "delete-staged" as const, fileId })),
+    ...(attachments.length > 0 ? [{ kind: "audit-check" as const, fileId: null }] : []),
+    { kind: "notify", fileId: null }
+  ]
+  return kinds.map((effect, i) => ({ id: randomUUID(), seq: i + 1, ...effect }))
+}
+
+/**
+ * Receipt commands (spec 002): the business facts, the command receipt, the audit row and the effects commit in one
+ * transaction. The same command id with the same content answers the recorded response and writes nothing; with
+ * other content it is refused (`command-id-reused`). Delivery never repeats the command or writes business audit.
+ */
+export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Receipts", {
+  effect: Effect.gen(function* () {
+    const repo = yield* ReceiptsRepo
+    const files = yield* Effect.serviceOption(FileStore)
+
+    const record = Effect.fn("Receipts.record")(function* (command: RecordReceipt, by: Recorder) {
+      const sha = requestSha256(command)
+      return yield* repo.transaction(
+        "record",
+        Effect.gen(function* () {
+          yield* repo.lockCommand(by.tenant, command.commandId)
+          const previous = yield* repo.findCommand(by.tenant, command.commandId)
+          if (Option.isSome(previous)) {
+            if (previous.value.request_sha256 !== sha) {
+              return yield* new CommandConflict({ reason: "command-id-reused", correlationId: by.correlationId })
+            }
+            return { replayed: true, response: previous.value.response as ReceiptRecorded }
+          }
+          const attachments = command.attachments
+          const duplicate = attachments.find((id, i) => attachments.indexOf(id) !== i)
+          if (duplicate !== undefined) {
+            return yield* new AttachmentRefused({ reason: "attachment-duplicated", fileId: duplicate, correlationId: by.correlationId })
+          }
+          const locked = yield* repo.lockFiles(by.tenant, attachments)
+          for (const fileId of attachments) {
+            const file = locked.find((row) => row.id === fileId)
+            if (file === undefined) return yield* new AttachmentRefused({ reason: "attachment-unknown", fileId, correlationId: by.correlationId })
+            if (file.receipt_id !== null) {
+              return yield* new AttachmentRefused({ reason: "attachment-already-attached", fileId, correlationId: by.correlationId })
+            }
+          }
+          const at = new Date(yield* Clock.currentTimeMillis)
+          const id = randomUUID()
+          const totalMinor = command.lines.reduce((sum, line) => sum + line.quantity * line.unitMinor, 0)
+          yield* repo.insertReceipt({
+            id,
+            tenant: by.tenant,
+            commandId: command.commandId,
+            reference: command.reference,
+            currency: command.currency,
+            totalMinor,
+            paidAt: new Date(command.paidAt.epochMillis),
+            payerName: command.payer.name,
+            payerEmail: command.payer.email,
+            recordedBy: by.account,
+            at
+          }, command.lines)
+          yield* repo.attachFiles(id, attachments)
+          const effects = planEffects(attachments)
+          yield* repo.insertEffects({ receiptId: id, tenant: by.tenant, at, effects })
+          const response: ReceiptRecorded = {
+            receipt: {
+              id,
+              tenant: by.tenant,
+              commandId: command.commandId,
+              reference: command.reference,
+              currency: command.currency,
+              totalMinor,
+              paidAt: new Date(command.paidAt.epochMillis).toISOString(),
+              lines: command.lines.length,
+              attachments: attachments.length,
+              createdAt: at.toISOString()
+            },
+            effects: effects.map(({ id: effectId, kind, seq }) => ({ id: effectId, seq, kind }))
+          }
+          yield* repo.insertCommand({ tenant: by.tenant, commandId: command.commandId, requestSha256: sha, receiptId: id, response, at })
+          yield* repo.insertAudit({ tenant: by.tenant, receiptId: id, actor: by.actor, correlationId: by.correlationId, at })
+          return { replayed: false, response }
+        })
+      )
+    })
+
+    /** An upload into the staging root (streamed, digested, size-limited), then its row. */
+    const stage = Effect.fn("Receipts.stage")(function* <E>(
+      body: Stream.Stream<Uint8Array, E>,
+      options: { readonly by: Recorder; readonly contentType: string; readonly maxBytes: number; readonly declaredLength?: number }
+    ) {
+      if (Option.isNone(files)) return yield* Effect.fail({ _tag: "StorageUnconfigured" } as const)
+      const id = randomUUID()
+      const staged = yield* files.value.stage(id, body, {
+        maxBytes: options.maxBytes,
+        ...(options.declaredLength === undefined ? {} : { declaredLength: options.declaredLength })
+      })
+      const at = new Date(yield* Clock.currentTimeMillis)
+      yield* repo.insertFile({ id, tenant: options.by.tenant, account: options.by.account, sha256: staged.sha256, size: staged.size, contentType: options.contentType, at })
+      return { fileId: id, sha256: staged.sha256, size: staged.size, contentType: options.contentType }
+    })
+
+    /** A receipt's effects and their states (never the payer's contact or the notification body). */
+    const state = Effect.fn("Receipts.state")(function* (tenant: string, id: string) {
+      const head = yield* repo.receiptHead(tenant, id)
+      if (Option.isNone(head)) return Option.none()
+      const effects = yield* repo.effectsOf(id)
+      return Option.some({
+        id: head.value.id,
+        tenant: head.value.tenant_id,
+        reference: head.value.reference,
+        createdAt: head.value.created_at,
+        effects: effects.map((e) => ({
+          id: e.id,
+          seq: e.seq,
+          kind: e.kind,
+          state: e.state,
+          attempt: e.attempt,
+          nextAttemptAt: e.next_attempt_at,
+          lastError: e.last_error,
+          frozen: e.frozen,
+          completedAt: e.completed_at
+        }))
+      })
+    })
+
+    return { record, stage, state } as const
+  }),
+  dependencies: [ReceiptsRepo.Default]
+}) {}
