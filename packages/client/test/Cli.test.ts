@@ -1,8 +1,7 @@
 import { expect, layer } from "@effect/vitest"
-import { bunExecutable, freePort, LoopbackProvider, LoopbackReply, OPERATOR_TOKEN, repoRoot, startBackend } from "@delivery/testing"
+import { freePort, LoopbackProvider, LoopbackReply, OPERATOR_TOKEN, runCli, startBackend } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Context, Effect, Layer, Redacted, Schedule } from "effect"
-import { spawn } from "node:child_process"
 import { createPrivateKey, createPublicKey, randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -22,27 +21,8 @@ const SuiteLayer = Layer.scoped(Backend, Effect.map(startBackend(), ({ baseUrl }
   Layer.merge(LoopbackProvider.Default)
 )
 
-interface CliRun {
-  readonly code: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
-/** `bun packages/client/src/cli/main.ts ...args` from the repository root, with only the environment given. */
 const cli = (args: ReadonlyArray<string>, env: Readonly<Record<string, string>>) =>
-  Effect.async<CliRun>((resume) => {
-    const child = spawn(bunExecutable(), ["--no-env-file", "packages/client/src/cli/main.ts", ...args], {
-      cwd: repoRoot,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
-    child.on("close", (code) => resume(Effect.succeed({ code: code ?? -1, stdout, stderr })))
-    return Effect.sync(() => void child.kill("SIGKILL"))
-  }).pipe(
+  runCli(args, env).pipe(
     // No run, whatever it does, ever prints the operator token.
     Effect.tap((run) => expect(`${run.stdout}${run.stderr}`).not.toContain(OPERATOR_TOKEN))
   )

@@ -1,9 +1,8 @@
 import { expect, layer } from "@effect/vitest"
-import { bunExecutable, freePort, OPERATOR_TOKEN, repoRoot, startBackend } from "@delivery/testing"
+import { freePort, OPERATOR_TOKEN, runCli, startBackend } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
-import { spawn } from "node:child_process"
 
 // `delivery-admin reset-mail summary` and `reset-mail ended` (docs/client.md, docs/operations.md "Command line") as
 // real `bun` processes against a real backend process. The rows are fixtures written with SQL into
@@ -99,12 +98,6 @@ const SuiteLayer = Layer.scoped(
   })
 ).pipe(Layer.provideMerge(TestDatabaseLive))
 
-interface CliRun {
-  readonly code: number
-  readonly stdout: string
-  readonly stderr: string
-}
-
 /** Nothing a run prints may hold the operator token, an address, a sealed token or a verification id. */
 const secrets = [
   OPERATOR_TOKEN,
@@ -114,21 +107,8 @@ const secrets = [
   ...fixtures.flatMap((_, n) => [sealed(n).toString("hex"), sealed(n).toString("base64"), sealed(n).toString("base64url"), verificationId(n)])
 ]
 
-/** `bun packages/client/src/cli/main.ts ...args` from the repository root, with only the environment given. */
 const cli = (args: ReadonlyArray<string>, env: Readonly<Record<string, string>>) =>
-  Effect.async<CliRun>((resume) => {
-    const child = spawn(bunExecutable(), ["--no-env-file", "packages/client/src/cli/main.ts", ...args], {
-      cwd: repoRoot,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
-      stdio: ["ignore", "pipe", "pipe"]
-    })
-    let stdout = ""
-    let stderr = ""
-    child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
-    child.on("close", (code) => resume(Effect.succeed({ code: code ?? -1, stdout, stderr })))
-    return Effect.sync(() => void child.kill("SIGKILL"))
-  }).pipe(
+  runCli(args, env).pipe(
     Effect.tap((run) => {
       const printed = `${run.stdout}${run.stderr}`
       for (const secret of secrets) expect(printed).not.toContain(secret)

@@ -195,3 +195,25 @@ export const get = (port: number, path: string) =>
     const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: { connection: "close" } })
     return { status: response.status, contentType: response.headers.get("content-type") ?? "", body: await response.text() }
   })
+
+export interface CliRun {
+  readonly code: number
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** `bun packages/client/src/cli/main.ts ...args` (the `bun run admin` command line) from the repository root, with only the environment given. */
+export const runCli = (args: ReadonlyArray<string>, env: Readonly<Record<string, string>>) =>
+  Effect.async<CliRun>((resume) => {
+    const child = spawn(bunExecutable(), ["--no-env-file", "packages/client/src/cli/main.ts", ...args], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", NO_COLOR: "1", ...env },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    child.stdout!.on("data", (chunk: Buffer) => (stdout += chunk.toString("utf8")))
+    child.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString("utf8")))
+    child.on("close", (code) => resume(Effect.succeed({ code: code ?? -1, stdout, stderr })))
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })

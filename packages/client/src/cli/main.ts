@@ -10,6 +10,7 @@ import { envelopes } from "./Envelopes.ts"
 import { ExitCode, settle, UsageError } from "./Failure.ts"
 import { messages } from "./Messages.ts"
 import { JsonOutput } from "./Output.ts"
+import { receipts } from "./Receipts.ts"
 import { resetMail } from "./ResetMail.ts"
 import { signingKeys } from "./SigningKeys.ts"
 import { streams } from "./Streams.ts"
@@ -25,7 +26,7 @@ const json = Options.boolean("json").pipe(
 
 const admin = Command.make("delivery-admin", { json }, () => Effect.fail(new UsageError({ message: "a command is required (see --help)" }))).pipe(
   Command.withDescription("Operate a delivery backend: tenants, credentials, signing keys, targets, envelopes, dead letters, streams, reset mail"),
-  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail])
+  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail, receipts])
 )
 
 const cli = Command.run(admin, { name: "delivery-admin", version: "1.0.0" })
