@@ -31,6 +31,8 @@ describe("embedded development default", () => {
         // loudly logged value instead of weakening the rule for real deployments.
         expect(output).toMatch(/WARN.*PASSWORD_RESET_DELIVERY is unset: with the embedded development database it is taken as `disabled`/)
         expect(output).toContain("passwordResetDelivery: disabled")
+        expect(output).toMatch(/WARN.*RECEIPT_DELIVERY is unset: with the embedded development database it is taken as `disabled`/)
+        expect(output).toContain("receiptDelivery: disabled")
 
         yield* backend.signal("SIGTERM")
         expect(yield* backend.exitCode()).toBe(0)

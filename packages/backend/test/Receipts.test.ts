@@ -1,14 +1,14 @@
 import { expect, layer } from "@effect/vitest"
-import { LoopbackProvider, TestDatabase, backendMain, freePort, spawnBun, spawnBunScript } from "@delivery/testing"
+import { LoopbackProvider } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { Effect, Layer } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { OPERATOR_TOKEN } from "./support/Backend.ts"
 import { call } from "./support/Http.ts"
+import { privateRoots, start, tenantWithKey } from "./support/Receipts.ts"
 
 // Receipts through real backend processes (docs/receipts.md): upload, command, effects run in order (file promotion,
 // staged-copy deletion, digest audit, notification), replay, and the operator's view of the effects.
@@ -16,52 +16,6 @@ import { call } from "./support/Http.ts"
 const op = { token: OPERATOR_TOKEN }
 const unique = (prefix: string) => `${prefix}-${randomBytes(4).toString("hex")}`
 const MAIL_TOKEN = `mail-${randomBytes(24).toString("base64url")}`
-
-/** Two private roots of a throwaway folder, removed with the scope. */
-export const privateRoots = Effect.acquireRelease(
-  Effect.sync(() => {
-    const base = mkdtempSync(join(tmpdir(), "receipts-"))
-    const staging = join(base, "staging")
-    const storage = join(base, "storage")
-    for (const dir of [staging, storage]) {
-      mkdirSync(dir, { mode: 0o700 })
-      chmodSync(dir, 0o700)
-    }
-    return { base, staging, storage }
-  }),
-  ({ base }) => Effect.sync(() => rmSync(base, { recursive: true, force: true }))
-)
-
-const start = (env: Record<string, string>, options: { readonly script?: boolean } = {}) =>
-  Effect.gen(function* () {
-    const db = yield* TestDatabase
-    const port = yield* freePort
-    const full = {
-      DATABASE_URL: db.url,
-      PORT: String(port),
-      OPERATOR_TOKEN,
-      IDENTITY_PEER_LIMIT: "1000000",
-      PASSWORD_RESET_DELIVERY: "disabled",
-      ...env
-    }
-    const backend = yield* (options.script === true ? spawnBunScript("start", full) : spawnBun(backendMain, full))
-    yield* backend.waitForOutput(/listening on http:/)
-    return { port, backend }
-  })
-
-/** A tenant with an account and an API key allowed to record receipts. */
-const tenantWithKey = (port: number) =>
-  Effect.gen(function* () {
-    const tenant = unique("t")
-    expect((yield* call(port, "POST", "/operator/tenants", { ...op, body: { id: tenant } })).status).toBe(201)
-    const account = yield* call(port, "POST", `/operator/tenants/${tenant}/accounts`, { ...op, body: { email: `ops@${tenant}.example` } })
-    const key = yield* call(port, "POST", `/operator/tenants/${tenant}/api-keys`, {
-      ...op,
-      body: { account: account.json.account.id, kind: "agent", name: "receipts", permissions: ["receipts:write"] }
-    })
-    expect(key.status).toBe(201)
-    return { tenant, token: key.json.token as string }
-  })
 
 const Suite = Layer.merge(TestDatabaseLive, LoopbackProvider.Default)
 
