@@ -100,6 +100,11 @@ export class FileStore extends Context.Tag("@delivery/receipts/FileStore")<FileS
   readonly deleteStaged: (fileId: string, sha256: string) => Effect.Effect<"deleted" | "already-deleted", ReceiptStorageError>
   /** Re-hashes storage/<sha256>: `missing` / `digest-mismatch`. */
   readonly auditCheck: (sha256: string) => Effect.Effect<void, ReceiptStorageError>
+  /**
+   * Removes staging/<fileId> that no row refers to (its upload's row could not be written), best effort: a file
+   * left behind is named by an id nothing knows and is never promoted.
+   */
+  readonly discardStaged: (fileId: string) => Effect.Effect<void>
 }>() {}
 
 // A malformed id is a defect, not a typed refusal: ids come from the server (a generated upload id) or from
@@ -282,7 +287,10 @@ export const make = (roots: StoreRoots) =>
       yield* verifyPermanent("audit-check", sha256)
     }, storageFailure("audit-check"))
 
-    return FileStore.of({ stage, promote, deleteStaged, auditCheck })
+    const discardStaged = (fileId: string) =>
+      Effect.zipRight(requireFileId(fileId), Effect.ignore(fs.remove(NodePath.join(stagingRoot, fileId))))
+
+    return FileStore.of({ stage, promote, deleteStaged, auditCheck, discardStaged })
   })
 
 const checkRoot = (fs: FileSystem.FileSystem, variable: RootVariable, root: string) =>

@@ -60,7 +60,10 @@ export const ReceiptsHttpLive = HttpApiBuilder.group(ReceiptsOnlyApi, "receipts"
         Effect.gen(function* () {
           const by = yield* recorder
           const { replayed, response } = yield* receipts.record(payload, by).pipe(
-            Effect.catchTag("ReceiptsStorageUnavailable", () => unavailable("storage-unavailable"))
+            Effect.catchTags({
+              StorageUnconfigured: () => unavailable("receipt-storage-unconfigured"),
+              ReceiptsStorageUnavailable: () => unavailable("storage-unavailable")
+            })
           )
           if (replayed) {
             yield* withHeader("idempotent-replayed", "true")

@@ -63,6 +63,9 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
             return { replayed: true, response: previous.value.response as ReceiptRecorded }
           }
           const attachments = command.attachments
+          // Without storage roots this process can neither check nor keep a file (ReceiptsSettings.roots: uploads
+          // and attachments are refused, 503 `receipt-storage-unconfigured`); a replay above still answers.
+          if (attachments.length > 0 && Option.isNone(files)) return yield* Effect.fail({ _tag: "StorageUnconfigured" } as const)
           const duplicate = attachments.find((id, i) => attachments.indexOf(id) !== i)
           if (duplicate !== undefined) {
             return yield* new AttachmentRefused({ reason: "attachment-duplicated", fileId: duplicate, correlationId: by.correlationId })
@@ -129,6 +132,8 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
       })
       const at = new Date(yield* Clock.currentTimeMillis)
       yield* repo.insertFile({ id, tenant: options.by.tenant, account: options.by.account, sha256: staged.sha256, size: staged.size, contentType: options.contentType, at })
+        // Without its row nothing can ever refer to the staged copy: it goes with the refusal.
+        .pipe(Effect.tapError(() => files.value.discardStaged(id)))
       return { fileId: id, sha256: staged.sha256, size: staged.size, contentType: options.contentType }
     })
 
