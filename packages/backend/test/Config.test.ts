@@ -229,6 +229,9 @@ describe("configuration", () => {
       const big = yield* Effect.flip(Effect.flatten(load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_FILE_MAX_BYTES: "2097152" })))
       expect(big.variables).toEqual(["RECEIPT_FILE_MAX_BYTES"])
       expect(Either.isRight(yield* load({ ...db, RECEIPT_DELIVERY: "disabled", RECEIPT_FILE_MAX_BYTES: "2097152", MAX_REQUEST_BODY_BYTES: "2097152" }))).toBe(true)
+      // Unset, the file limit is the edge's.
+      const edge = Either.getOrThrow(yield* load({ ...db, RECEIPT_DELIVERY: "disabled", MAX_REQUEST_BODY_BYTES: "4096" }))
+      expect(edge.receipts.timing.fileMaxBytes).toBe(4096)
     }))
 
   it.effect("HOST accepts host names and IPv4/IPv6 literals and refuses anything else, naming HOST", () =>

@@ -46,7 +46,8 @@ export const WorkerTimingConfig = Config.all({
   retryBase: positiveDuration("RECEIPT_RETRY_BASE", "5 seconds"),
   retryCap: positiveDuration("RECEIPT_RETRY_CAP", "10 minutes"),
   inlineTimeout: positiveDuration("RECEIPT_INLINE_TIMEOUT", "5 seconds"),
-  fileMaxBytes: integerBetween("RECEIPT_FILE_MAX_BYTES", 1, 1024 ** 3, 1024 * 1024)
+  // 0 (never a valid value: the minimum is 1) stands for unset, which means the HTTP edge's limit.
+  fileMaxBytes: Config.map(integerBetween("RECEIPT_FILE_MAX_BYTES", 1, 1024 ** 3, 0), (bytes) => (bytes === 0 ? Option.none() : Option.some(bytes)))
 }).pipe(
   Config.mapOrFail((timing) =>
     Duration.lessThan(timing.retryCap, timing.retryBase)
@@ -54,7 +55,10 @@ export const WorkerTimingConfig = Config.all({
       : Either.right(timing)
   )
 )
-export type WorkerTiming = Config.Config.Success<typeof WorkerTimingConfig>
+export type WorkerTiming = Omit<Config.Config.Success<typeof WorkerTimingConfig>, "fileMaxBytes"> & {
+  /** RECEIPT_FILE_MAX_BYTES, or the HTTP edge's body limit when unset. */
+  readonly fileMaxBytes: number
+}
 
 export interface ReceiptsSettings {
   readonly mode: "enabled" | "disabled"
@@ -74,7 +78,11 @@ const missing = (name: string, why: string) => Effect.fail(ConfigError.MissingDa
  * `disabled` reads the provider configuration only when RECEIPT_FROM is set (then the requests' bounded
  * post-commit attempt uses it), and the roots only when set. An Effect: which variables are read depends on the mode.
  */
-export const loadReceiptsSettings = (embeddedDefault: boolean): Effect.Effect<ReceiptsSettings, ConfigError.ConfigError> =>
+export const loadReceiptsSettings = (
+  embeddedDefault: boolean,
+  /** MAX_REQUEST_BODY_BYTES: an upload passes the HTTP edge first, so no file limit can exceed it. */
+  bodyLimit: number
+): Effect.Effect<ReceiptsSettings, ConfigError.ConfigError> =>
   Effect.gen(function* () {
     const mode = yield* Config.option(Config.literal("enabled", "disabled")(RECEIPT_DELIVERY))
     if (Option.isNone(mode) && !embeddedDefault) {
@@ -103,7 +111,14 @@ export const loadReceiptsSettings = (embeddedDefault: boolean): Effect.Effect<Re
     if (Either.isLeft(timingPart) || Either.isLeft(providerResult) || Either.isLeft(rootsResult)) {
       return yield* Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
     }
-    const timing = timingPart.right
+    const explicitLimit = timingPart.right.fileMaxBytes
+    if (Option.isSome(explicitLimit) && explicitLimit.value > bodyLimit) {
+      return yield* Effect.fail(ConfigError.InvalidData(
+        ["RECEIPT_FILE_MAX_BYTES"],
+        `Expected at most MAX_REQUEST_BODY_BYTES (${bodyLimit}): uploads pass the HTTP edge's body limit first`
+      ))
+    }
+    const timing: WorkerTiming = { ...timingPart.right, fileMaxBytes: Option.getOrElse(explicitLimit, () => bodyLimit) }
     const provider = providerResult.right
     const roots = rootsResult.right
     return {
@@ -127,7 +142,7 @@ export const RECEIPTS_CONFIG = [
   { name: "RECEIPT_FROM_NAME", default: "(none)", meaning: "sender display name of receipt notifications", secret: false },
   { name: "RECEIPT_STAGING_ROOT", default: "(required when enabled; unset: uploads refused)", meaning: "absolute path of the private directory uploads are staged in (mode 0700); the same for requests and workers", secret: false },
   { name: "RECEIPT_STORAGE_ROOT", default: "(required when enabled; unset: uploads refused)", meaning: "absolute path of the private directory receipt files are kept in, named by their SHA-256 (mode 0700)", secret: false },
-  { name: "RECEIPT_FILE_MAX_BYTES", default: "1048576", meaning: "largest upload (1 byte to 1 GiB); at most MAX_REQUEST_BODY_BYTES", secret: false },
+  { name: "RECEIPT_FILE_MAX_BYTES", default: "MAX_REQUEST_BODY_BYTES", meaning: "largest upload (1 byte to 1 GiB); at most MAX_REQUEST_BODY_BYTES", secret: false },
   { name: "RECEIPT_POLL_INTERVAL", default: "1 second", meaning: "wait after each effect attempt (one per tick), also after a failure", secret: false },
   { name: "RECEIPT_STALE_CLAIM", default: "60 seconds", meaning: "a claim older than this goes back to the retry path on each tick", secret: false },
   { name: "RECEIPT_RETRY_BASE", default: "5 seconds", meaning: "first retry delay of a failed effect, doubled per attempt with jitter", secret: false },

@@ -147,12 +147,13 @@ const refusal = (error: SqlError.SqlError) => {
 
 describe("reset-mail outbox upgrade (spec 002, Migration 68: migrations/0015_reset_mail_fingerprint.sql)", () => {
   layer(UpgradeLive, { excludeTestServices: true })("from 0014 with rows in the first shape", (it) => {
-    it.effect("the old database is at 0014 and the upgrade applies exactly Migration 68 (0015)", () =>
+    it.effect("the old database is at 0014 and the upgrade applies Migration 68 (0015) first, then any later migration", () =>
       Effect.gen(function* () {
         const upgrade = yield* Upgrade
         expect(upgrade.firstRun.map(([id]) => id)).toEqual(Array.from({ length: upgradeId - 1 }, (_, i) => i + 1))
         expect(upgrade.firstRun.at(-1)).toEqual([14, "reset_mail_outbox"])
-        expect(upgrade.upgradeRun).toEqual([[15, "reset_mail_fingerprint"]])
+        expect(upgrade.upgradeRun[0]).toEqual([15, "reset_mail_fingerprint"])
+        expect(upgrade.upgradeRun.map(([id]) => id)).toEqual(Array.from({ length: upgrade.upgradeRun.length }, (_, i) => 15 + i))
         expect(upgrade.before.size).toBe(Object.keys(rows).length)
         expect(upgrade.before.get(rows.unattempted.id)).not.toHaveProperty("fingerprint")
       }))
