@@ -42,5 +42,9 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   "reset-mail": {
     mutate: modules("reset-mail", ["ResetMailWorker", "ResetMailRepo", "ResetRequests", "Template"]),
     tests: ["packages/reset-mail"]
+  },
+  receipts: {
+    mutate: modules("receipts", ["ReceiptWork", "Receipts", "ReceiptsRepo", "Notification", "FileStore"]),
+    tests: ["packages/receipts"]
   }
 }
