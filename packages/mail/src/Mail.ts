@@ -50,6 +50,10 @@ export const renderBody = (message: MailMessage): string =>
     html: message.html
   }))
 
+/** Text for an HTML part: the five characters HTML gives meaning to, as entities. */
+export const escapeHtml = (text: string) =>
+  text.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;").replaceAll("\"", "&quot;").replaceAll("'", "&#39;")
+
 /** SHA-256 (lower-case hex) of the exact body `send` would post for `message`. */
 export const fingerprint = (message: MailMessage): string => Canonical.sha256Hex(renderBody(message))
 

@@ -1,1 +1,1 @@
-export { fingerprint, MailMessage, Mailbox, Mailer, MailProviderConfig, type MailProviderSettings, renderBody } from "./Mail.ts"
+export { escapeHtml, fingerprint, MailMessage, Mailbox, Mailer, MailProviderConfig, type MailProviderSettings, renderBody } from "./Mail.ts"

@@ -1,13 +1,11 @@
 import { Canonical } from "@delivery/core"
-import { fingerprint, type Mailbox, MailMessage } from "@delivery/mail"
+import { escapeHtml, fingerprint, type Mailbox, MailMessage } from "@delivery/mail"
 import { Either, Schema } from "effect"
 import type { NotifyData } from "./ReceiptsRepo.ts"
 
 /** Minor units as a decimal amount with two places (receipts record what was paid; no currency arithmetic here). */
 const amount = (minor: number, currency: string) => `${(minor / 100).toFixed(2)} ${currency}`
 
-const escapeHtml = (text: string) =>
-  text.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;").replaceAll("\"", "&quot;").replaceAll("'", "&#39;")
 
 /** The payer's notification, rendered from the receipt as it is at the first attempt. */
 export const renderNotification = (sender: Mailbox, data: NotifyData): MailMessage => {

@@ -1,4 +1,4 @@
-import type { Mailbox, MailMessage } from "@delivery/mail"
+import { escapeHtml, type Mailbox, type MailMessage } from "@delivery/mail"
 import { Context, Layer, Redacted } from "effect"
 
 /** What a reset mail is rendered from: live verification and account data and this process's settings. */
@@ -19,8 +19,6 @@ export class ResetTemplate extends Context.Tag("@delivery/reset-mail/ResetTempla
   readonly render: (input: ResetMailInput) => MailMessage
 }>() {}
 
-const escapeHtml = (text: string) =>
-  text.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;").replaceAll("\"", "&quot;").replaceAll("'", "&#39;")
 
 /** The link carries the token in its fragment, which browsers never send to a server or write to its logs. */
 export const resetLink = (origin: string, token: Redacted.Redacted<string>) =>

@@ -7,13 +7,12 @@ import { BunContext } from "@effect/platform-bun"
 import { expect } from "@effect/vitest"
 import { Context, DateTime, Duration, Effect, Either, Layer, Option, Redacted, Stream } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import * as NFS from "node:fs"
-import * as NodePath from "node:path"
 import type { RecordReceipt } from "../../src/Domain.ts"
 import { FileStoreLive } from "../../src/FileStore.ts"
 import { type Recorder, Receipts } from "../../src/Receipts.ts"
 import type { WorkerTiming } from "../../src/ReceiptsConfig.ts"
 import { ReceiptWork, ReceiptWorkSettings } from "../../src/ReceiptWork.ts"
+import { tempRoots } from "./TempRoots.ts"
 
 // Harness of the receipt effects executor's tests: a migrated database of the file's own and a real loopback
 // provider for the suite; per test, fresh private roots under /tmp/rwt-* and executors (Receipts + ReceiptWork)
@@ -27,19 +26,7 @@ export const sha256 = (bytes: Uint8Array | string) => createHash("sha256").updat
 
 export type Roots = { readonly base: string; readonly staging: string; readonly storage: string }
 
-/** A fresh pair of private roots (0700) under /tmp/rwt-*, removed with the scope. */
-export const tempRoots = Effect.acquireRelease(
-  Effect.sync((): Roots => {
-    const base = NFS.mkdtempSync("/tmp/rwt-")
-    NFS.chmodSync(base, 0o700)
-    const staging = NodePath.join(base, "staging")
-    const storage = NodePath.join(base, "storage")
-    NFS.mkdirSync(staging, { mode: 0o700 })
-    NFS.mkdirSync(storage, { mode: 0o700 })
-    return { base, staging, storage }
-  }),
-  ({ base }) => Effect.sync(() => NFS.rmSync(base, { recursive: true, force: true }))
-)
+export { tempRoots }
 
 export const defaultTiming: WorkerTiming = {
   pollInterval: Duration.millis(100),
