@@ -1,6 +1,6 @@
 import { Mailer } from "@delivery/mail"
 import { Layer, Option } from "effect"
-import { FileStore, FileStoreLive } from "./FileStore.ts"
+import { FileStoreLive } from "./FileStore.ts"
 import { Receipts } from "./Receipts.ts"
 import type { ReceiptsSettings } from "./ReceiptsConfig.ts"
 import { ReceiptWork, ReceiptWorkSettings } from "./ReceiptWork.ts"
@@ -11,6 +11,8 @@ import { ReceiptWork, ReceiptWorkSettings } from "./ReceiptWork.ts"
  * receipt provider call can happen in this process; without roots uploads and attachments are refused.
  */
 export const receiptsLayer = (settings: ReceiptsSettings) => {
+  // Absent services are absent from the context (the consumers use `Effect.serviceOption`); the casts only give
+  // both branches one type.
   const files = Option.match(settings.roots, {
     onNone: () => Layer.empty as unknown as ReturnType<typeof FileStoreLive>,
     onSome: FileStoreLive
@@ -22,5 +24,3 @@ export const receiptsLayer = (settings: ReceiptsSettings) => {
   const shared = Layer.mergeAll(files, mail, Layer.succeed(ReceiptWorkSettings, { timing: settings.timing, provider: settings.provider }))
   return Layer.mergeAll(Receipts.Default, ReceiptWork.Default).pipe(Layer.provideMerge(shared))
 }
-
-export type { FileStore }
