@@ -11,7 +11,10 @@ import { call } from "./support/Http.ts"
 
 const errors = (output: string) => logEntries(output).filter((entry) => / ERROR \(#\d+\)/.test(entry))
 
-/** A message row whose `last_error` is not one of the closed codes: reading it is a defect (a row that does not decode). */
+/**
+ * A message row whose `last_error` is not one of the closed codes: reading it is a defect (a row that does not decode).
+ * Due in an hour, so the backend's outbox worker never claims it (and rewrites `last_error`) before the test reads it.
+ */
 const corruptMessage = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const id = randomUUID()
@@ -19,7 +22,7 @@ const corruptMessage = Effect.gen(function* () {
   yield* sql`INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
              VALUES (${id}, 'acme', 'web', ${`k-${id}`}, ${hex}, ${hex}, '{}')`
   yield* sql`INSERT INTO outbox_messages (id, tenant, project, state, max_attempts, attempt_ceiling, due_at, last_error, created_at)
-             VALUES (${id}, 'acme', 'web', 'pending', 3, 3, now(), 'not-a-code-s3cret', now())`
+             VALUES (${id}, 'acme', 'web', 'pending', 3, 3, now() + interval '1 hour', 'not-a-code-s3cret', now())`
   return id
 })
 
