@@ -6,6 +6,7 @@ import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { PasswordResetApi, ResetMailOperatorApi } from "@delivery/reset-mail"
 import { ReceiptsApi, ReceiptsOperatorApi } from "@delivery/receipts"
 import { SignerApi } from "@delivery/signer"
+import { TeamApplicationsApi, TeamApplicationsOperatorApi } from "@delivery/team-applications"
 import { HealthApi } from "./HealthApi.ts"
 import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
 import { withoutDecodeError } from "./RequestInvalid.ts"
@@ -28,6 +29,8 @@ export class Api extends HttpApi.make("delivery")
   .add(ResetMailOperatorApi)
   .add(ReceiptsApi)
   .add(ReceiptsOperatorApi)
+  .add(TeamApplicationsApi)
+  .add(TeamApplicationsOperatorApi)
   // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
   .addError(RequestInvalid, { status: 400 })
   .addError(PathInvalid, { status: 400 })

@@ -13,6 +13,7 @@ import { INBOX_CONFIG, InboxConfig } from "@delivery/envelope-inbox"
 import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
 import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@delivery/receipts"
+import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -50,7 +51,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...INBOX_CONFIG,
   ...OUTBOX_CONFIG,
   ...RESET_MAIL_CONFIG,
-  ...RECEIPTS_CONFIG
+  ...RECEIPTS_CONFIG,
+  ...TEAM_APPLICATIONS_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -154,6 +156,8 @@ export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
   readonly passwordReset: ResetDelivery
   /** RECEIPT_DELIVERY, the receipt provider configuration and storage roots (spec 002: required for every role). */
   readonly receipts: ReceiptsSettings
+  /** TEAM_APPLICATION_DELIVERY (optional, `disabled` when unset), the sender and, when enabled, the provider. */
+  readonly teamApplications: TeamApplicationsSettings
 }
 
 // The receipts' file limit defaults to it; a bad value is reported by the base configuration.
@@ -170,18 +174,20 @@ export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> =
   [
     baseConfig,
     Effect.flatMap(embedded, loadResetDelivery),
-    Effect.flatMap(Effect.all([embedded, bodyLimit]), ([isEmbedded, limit]) => loadReceiptsSettings(isEmbedded, limit))
+    Effect.flatMap(Effect.all([embedded, bodyLimit]), ([isEmbedded, limit]) => loadReceiptsSettings(isEmbedded, limit)),
+    loadTeamApplicationsSettings
   ],
   { mode: "either" }
 ).pipe(
-  Effect.flatMap(([base, reset, receipts]) => {
-    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts)) {
-      return Effect.succeed({ ...base.right, passwordReset: reset.right, receipts: receipts.right })
+  Effect.flatMap(([base, reset, receipts, teamApplications]) => {
+    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts) && Either.isRight(teamApplications)) {
+      return Effect.succeed({ ...base.right, passwordReset: reset.right, receipts: receipts.right, teamApplications: teamApplications.right })
     }
     const errors: Array<ConfigError.ConfigError> = []
     if (Either.isLeft(base)) errors.push(base.left)
     if (Either.isLeft(reset)) errors.push(reset.left)
     if (Either.isLeft(receipts)) errors.push(receipts.left)
+    if (Either.isLeft(teamApplications)) errors.push(teamApplications.left)
     return Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
   })
 )
@@ -260,5 +266,7 @@ export const describeConfig = (config: AppConfigShape) => ({
   receiptDelivery: config.receipts.mode,
   receiptProvider: Option.isSome(config.receipts.provider) ? "configured" : "none",
   receiptStorage: Option.isSome(config.receipts.roots) ? "configured" : "none",
+  teamApplicationDelivery: config.teamApplications.mode,
+  teamApplicationSender: Option.isSome(config.teamApplications.sender) ? "configured" : "none",
   passwordResetTokenKey: config.resetTokenKey
 })

@@ -4,6 +4,7 @@ import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/reset-mail"
 import { ReceiptsHttpLive, ReceiptsOperatorHttpLive } from "@delivery/receipts"
+import { TeamApplicationsHttpLive, TeamApplicationsOperatorHttpLive } from "@delivery/team-applications"
 import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
@@ -23,6 +24,8 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(ResetMailOperatorHttpLive),
   Layer.provide(ReceiptsHttpLive),
   Layer.provide(ReceiptsOperatorHttpLive),
+  Layer.provide(TeamApplicationsHttpLive),
+  Layer.provide(TeamApplicationsOperatorHttpLive),
   Layer.provide(EnvelopeInboxHttpLive),
   Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),

@@ -4,6 +4,14 @@ import { Identity, PasswordResets } from "@delivery/identity"
 import { resetMailWorkerLive } from "@delivery/reset-mail"
 import { receiptsLayer, receiptWorkerLayer, ReceiptWork, ReceiptWorkSettings } from "@delivery/receipts"
 import { Outbox, OutboxSettings, outboxWorkerLive } from "@delivery/outbox"
+import {
+  DeliverySettings,
+  EffectQueueStore,
+  NotificationQueue,
+  teamApplicationsLayer,
+  TeamApplicationsRepo,
+  teamApplicationWorkers
+} from "@delivery/team-applications"
 import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
@@ -29,6 +37,10 @@ export type WorkerContext =
   | PasswordResets
   | ReceiptWork
   | ReceiptWorkSettings
+  | NotificationQueue
+  | EffectQueueStore.EffectQueue
+  | DeliverySettings
+  | TeamApplicationsRepo
 
 /** The delivery workers of the `backend` role. Each reads its settings from the AppConfig validated at start-up. */
 export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> = [
@@ -45,7 +57,12 @@ export const BackendWorkers: ReadonlyArray<Layer.Layer<never, never, WorkerConte
   Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
     config.receipts.mode === "enabled"
       ? receiptWorkerLayer
-      : Layer.effectDiscard(Effect.logInfo("receipt delivery disabled: receipt effects wait in their queue"))))
+      : Layer.effectDiscard(Effect.logInfo("receipt delivery disabled: receipt effects wait in their queue")))),
+  // TEAM_APPLICATION_DELIVERY=disabled (or unset): no worker; the queue items wait, durable, in effect_queue.
+  Layer.unwrapEffect(Effect.map(AppConfig, (config) =>
+    config.teamApplications.mode === "enabled"
+      ? teamApplicationWorkers(config.teamApplications)
+      : Layer.effectDiscard(Effect.logInfo("team-application delivery disabled: notifications wait in effect_queue"))))
 ]
 
 /** Shared services, built after the start-up checks and before any worker. */
@@ -59,6 +76,9 @@ const ServicesLive = Layer.mergeAll(
 
 /** Receipts and their effects executor, for the request path and the worker alike (one file store, one mailer). */
 const ReceiptsServicesLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => receiptsLayer(config.receipts)))
+
+/** Team applications and their notification queue (submissions offer, the worker takes: one store). */
+const TeamApplicationsServicesLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => teamApplicationsLayer(config.teamApplications)))
 
 /** The envelope inbox verifies with the shared Signer, so it is built on top of the shared services. */
 const InboxServicesLive = EnvelopeInboxLive.pipe(Layer.provideMerge(ServicesLive))
@@ -101,6 +121,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
         Layer.provide(WorkersLive(options.workers)),
         Layer.provide(OutboxServicesLive),
         Layer.provideMerge(ReceiptsServicesLive),
+        Layer.provideMerge(TeamApplicationsServicesLive),
         Layer.provide(InboxServicesLive),
         Layer.provide(StartupChecksLive),
         Layer.provide(DatabaseLive),
@@ -111,6 +132,13 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
               config.receipts.defaulted
                 ? Effect.logWarning(
                   "RECEIPT_DELIVERY is unset: with the embedded development database it is taken as `disabled` (receipt effects wait). Real deployments must set it."
+                )
+                : Effect.void
+            ),
+            Effect.zipRight(
+              config.teamApplications.defaulted
+                ? Effect.logWarning(
+                  "TEAM_APPLICATION_DELIVERY is unset: taken as `disabled` (team-application notifications wait in effect_queue). Set it to enabled or disabled."
                 )
                 : Effect.void
             ),

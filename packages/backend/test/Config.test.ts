@@ -103,7 +103,15 @@ describe("configuration", () => {
     RECEIPT_STALE_CLAIM: "x",
     RECEIPT_RETRY_BASE: "x",
     RECEIPT_RETRY_CAP: "0 seconds",
-    RECEIPT_INLINE_TIMEOUT: "x"
+    RECEIPT_INLINE_TIMEOUT: "x",
+    TEAM_APPLICATION_DELIVERY: "on",
+    TEAM_APPLICATION_FROM: "teams at example",
+    TEAM_APPLICATION_FROM_NAME: "Team\nInjected: yes",
+    TEAM_APPLICATION_DELIVERY_STALE_MS: "999",
+    TEAM_APPLICATION_DELIVERY_POLL_INTERVAL: "0 seconds",
+    TEAM_APPLICATION_DELIVERY_MAX_ATTEMPTS: "0",
+    TEAM_APPLICATION_RETRY_BASE: "x",
+    TEAM_APPLICATION_RETRY_CAP: "0 seconds"
   }
 
   /** A complete, valid enabled receipts configuration (roots are only checked on disk when the backend builds). */
@@ -147,6 +155,8 @@ describe("configuration", () => {
           ? enabled
           : readWithReceipts.has(entry.name)
           ? receiptsEnabled
+          : entry.name === "TEAM_APPLICATION_FROM_NAME"
+          ? { TEAM_APPLICATION_FROM: "teams@example.com" }
           : entry.name === "DATABASE_URL"
           ? { PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }
           : {}
@@ -232,6 +242,35 @@ describe("configuration", () => {
       // Unset, the file limit is the edge's.
       const edge = Either.getOrThrow(yield* load({ ...db, RECEIPT_DELIVERY: "disabled", MAX_REQUEST_BODY_BYTES: "4096" }))
       expect(edge.receipts.timing.fileMaxBytes).toBe(4096)
+    }))
+
+  it.effect("TEAM_APPLICATION_DELIVERY is optional (unset is disabled, and says so); enabled needs TEAM_APPLICATION_FROM and the mail provider; disabled reads the sender only when set; the stale time is in milliseconds, 1000 to 3600000", () =>
+    Effect.gen(function* () {
+      const db = { DATABASE_URL: "postgres://db.internal/app", PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }
+      const unset = Either.getOrThrow(yield* load(db)).teamApplications
+      expect([unset.mode, unset.defaulted, unset.sender, unset.provider]).toEqual(["disabled", true, Option.none(), Option.none()])
+      expect(unset.timing.staleMs).toBe(60_000)
+      const bare = yield* Effect.flip(Effect.flatten(load({ ...db, TEAM_APPLICATION_DELIVERY: "enabled" })))
+      expect(bare.variables).toEqual(["MAIL_PROVIDER_URL", "MAIL_PROVIDER_TOKEN", "TEAM_APPLICATION_FROM"])
+      const full = Either.getOrThrow(yield* load({
+        ...db,
+        TEAM_APPLICATION_DELIVERY: "enabled",
+        TEAM_APPLICATION_FROM: "teams@example.com",
+        MAIL_PROVIDER_URL: "https://mail.example.com/v1/send",
+        MAIL_PROVIDER_TOKEN: "mail-5ecret-token",
+        TEAM_APPLICATION_DELIVERY_STALE_MS: "1000"
+      })).teamApplications
+      expect([full.mode, full.defaulted, Option.isSome(full.provider), full.sender, full.timing.staleMs])
+        .toEqual(["enabled", false, true, Option.some({ address: "teams@example.com" }), 1000])
+      // Disabled with a sender: submissions render envelopes; no provider is read.
+      const sender = Either.getOrThrow(yield* load({ ...db, TEAM_APPLICATION_DELIVERY: "disabled", TEAM_APPLICATION_FROM: "teams@example.com", MAIL_PROVIDER_URL: "not a url" })).teamApplications
+      expect([sender.mode, sender.defaulted, sender.sender, sender.provider]).toEqual(["disabled", false, Option.some({ address: "teams@example.com" }), Option.none()])
+      for (const value of ["3600001", "60 seconds", "1e4"]) {
+        const error = yield* Effect.flip(Effect.flatten(load({ ...db, TEAM_APPLICATION_DELIVERY_STALE_MS: value })))
+        expect([value, error.variables]).toEqual([value, ["TEAM_APPLICATION_DELIVERY_STALE_MS"]])
+      }
+      const cap = yield* Effect.flip(Effect.flatten(load({ ...db, TEAM_APPLICATION_RETRY_BASE: "10 minutes", TEAM_APPLICATION_RETRY_CAP: "1 minute" })))
+      expect(cap.variables).toEqual(["TEAM_APPLICATION_RETRY_CAP"])
     }))
 
   it.effect("HOST accepts host names and IPv4/IPv6 literals and refuses anything else, naming HOST", () =>

@@ -57,6 +57,24 @@ export const escapeHtml = (text: string) =>
 /** SHA-256 (lower-case hex) of the exact body `send` would post for `message`. */
 export const fingerprint = (message: MailMessage): string => Canonical.sha256Hex(renderBody(message))
 
+/**
+ * A message frozen for later attempts: its canonical JSON and the fingerprint of the body the provider receives.
+ * Every retry sends exactly what was frozen (spec 002: receipts' frozen notification, team applications' envelopes).
+ */
+export const freezeMessage = (message: MailMessage) => ({
+  envelope: Either.getOrThrow(Canonical.canonicalString(Schema.encodeSync(MailMessage)(message))),
+  sha256: fingerprint(message)
+})
+
+const decodeMessage = Schema.decodeUnknownEither(Schema.parseJson(MailMessage))
+
+/** A frozen envelope back to its message; Left when it is not one or does not match its fingerprint. */
+export const thawMessage = (envelope: string, sha256: string): Either.Either<MailMessage, "envelope-invalid"> =>
+  Either.flatMap(
+    Either.mapLeft(decodeMessage(envelope), () => "envelope-invalid" as const),
+    (message) => fingerprint(message) === sha256 ? Either.right(message) : Either.left("envelope-invalid" as const)
+  )
+
 /** Where and how to reach the provider. The token is a secret: redacted, never logged, never in an error. */
 export const MailProviderConfig = Config.all({
   endpoint: ProviderHttp.endpointConfig("MAIL_PROVIDER_URL"),

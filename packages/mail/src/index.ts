@@ -1,1 +1,12 @@
-export { escapeHtml, fingerprint, MailMessage, Mailbox, Mailer, MailProviderConfig, type MailProviderSettings, renderBody } from "./Mail.ts"
+export {
+  escapeHtml,
+  fingerprint,
+  freezeMessage,
+  MailMessage,
+  Mailbox,
+  Mailer,
+  MailProviderConfig,
+  type MailProviderSettings,
+  renderBody,
+  thawMessage
+} from "./Mail.ts"

@@ -1,6 +1,4 @@
-import { Canonical } from "@delivery/core"
-import { escapeHtml, fingerprint, type Mailbox, MailMessage } from "@delivery/mail"
-import { Either, Schema } from "effect"
+import { escapeHtml, freezeMessage, type Mailbox, type MailMessage, thawMessage } from "@delivery/mail"
 import type { NotifyData } from "./ReceiptsRepo.ts"
 
 /** Minor units as a decimal amount with two places (receipts record what was paid; no currency arithmetic here). */
@@ -39,17 +37,8 @@ export const renderNotification = (sender: Mailbox, data: NotifyData): MailMessa
   }
 }
 
-/** The frozen form: canonical JSON of the message, and the fingerprint of the body the provider receives. */
-export const freezeNotification = (message: MailMessage) => ({
-  envelope: Either.getOrThrow(Canonical.canonicalString(Schema.encodeSync(MailMessage)(message))),
-  sha256: fingerprint(message)
-})
-
-const decodeMessage = Schema.decodeUnknownEither(Schema.parseJson(MailMessage))
+/** The frozen form (the mail adapter's): canonical JSON of the message and the fingerprint of the body sent. */
+export const freezeNotification = freezeMessage
 
 /** A stored envelope back to its message; Left when it is not one or does not match its fingerprint. */
-export const thawNotification = (envelope: string, sha256: string): Either.Either<MailMessage, "envelope-invalid"> =>
-  Either.flatMap(
-    Either.mapLeft(decodeMessage(envelope), () => "envelope-invalid" as const),
-    (message) => fingerprint(message) === sha256 ? Either.right(message) : Either.left("envelope-invalid" as const)
-  )
+export const thawNotification = thawMessage

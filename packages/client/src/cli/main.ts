@@ -15,6 +15,7 @@ import { resetMail } from "./ResetMail.ts"
 import { signingKeys } from "./SigningKeys.ts"
 import { streams } from "./Streams.ts"
 import { targets } from "./Targets.ts"
+import { teamApplications } from "./TeamApplications.ts"
 import { tenants } from "./Tenants.ts"
 import { TransportLive } from "./Transport.ts"
 
@@ -26,7 +27,7 @@ const json = Options.boolean("json").pipe(
 
 const admin = Command.make("delivery-admin", { json }, () => Effect.fail(new UsageError({ message: "a command is required (see --help)" }))).pipe(
   Command.withDescription("Operate a delivery backend: tenants, credentials, signing keys, targets, envelopes, dead letters, streams, reset mail"),
-  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail, receipts])
+  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail, receipts, teamApplications])
 )
 
 const cli = Command.run(admin, { name: "delivery-admin", version: "1.0.0" })

@@ -1,0 +1,470 @@
+import { PersistedQueue } from "@effect/experimental"
+import { Backoff } from "@delivery/core"
+import { SqlClient, type SqlError } from "@effect/sql"
+import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Predicate, Queue, Schema } from "effect"
+import { randomUUID } from "node:crypto"
+
+// A project-owned `PersistedQueueStore` over `effect_queue` (migrations/0018): Effect's `PersistedQueue` interface
+// with the semantics spec 002 gives the queue, which `@effect/sql`'s stock SqlPersistedQueue store lacks
+// (docs/team-applications.md):
+//
+// - the attempt is counted when it is claimed (a process killed mid-attempt has used it), and every outcome is
+//   recorded fenced by that attempt number: a late owner whose lease was taken over records nothing;
+// - the lease has a deadline, refreshed while the attempt runs; a worker that stops refreshing loses it after
+//   `leaseDuration` and another claim takes the item;
+// - a failed attempt waits a retry delay (core's capped, jittered backoff, or the handler's own `retryAfter`), and
+//   after `maxAttempts` the item is exhausted instead of lingering incomplete;
+// - per queue name, hooks run in the transaction that records an outcome, so a family's own row (an outbox's
+//   outcome) commits with the queue's, fenced by the same attempt;
+// - ended items are removed by `removeEnded` (clean-up), never by the store on its own.
+//
+// Outcomes are group-committed: finished attempts queue up while one transaction is in flight and are recorded
+// together by the next, and `take` returns only after its outcome committed.
+
+export const TABLE = "effect_queue"
+
+/** What a hook sees of the attempt being recorded. */
+export interface AttemptRef {
+  readonly id: string
+  readonly attempt: number
+}
+
+export interface FailureRecord {
+  /** A stable code: the handler error's `reason` or `code` when it is one, else `handler-failed` / `handler-died`. */
+  readonly reason: string
+  /** No attempt is left: the item ended exhausted. */
+  readonly exhausted: boolean
+}
+
+/** A queue's family rows, written in the transaction that records the queue's outcome (after the fence held). */
+export interface QueueHooks {
+  readonly completed?: (attempt: AttemptRef, value: unknown) => Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient>
+  readonly failed?: (attempt: AttemptRef, failure: FailureRecord) => Effect.Effect<void, SqlError.SqlError, SqlClient.SqlClient>
+}
+
+export interface EffectQueueOptions {
+  /** A lease not refreshed for this long is lost (TEAM_APPLICATION_DELIVERY_STALE_MS). */
+  readonly leaseDuration: Duration.DurationInput
+  /** Default: a third of the lease. */
+  readonly refreshInterval?: Duration.DurationInput
+  /** How long an idle poller waits before it looks again (an `offer` in this process wakes it at once). */
+  readonly pollInterval: Duration.DurationInput
+  readonly backoff: Backoff.Backoff
+  /** Largest claim (default 100). A claim takes at most as many items as there are waiting takers. */
+  readonly claimLimit?: number
+  readonly hooks?: Readonly<Record<string, QueueHooks>>
+}
+
+/** The store's own operations besides the `PersistedQueueStore` interface. */
+export class EffectQueue extends Context.Tag("@delivery/team-applications/EffectQueue")<EffectQueue, {
+  /** This store's lease owner id (`acquired_by`). */
+  readonly workerId: string
+  /** Deletes items of `queueName` that ended (completed or exhausted) longer than `olderThan` ago; the count. */
+  readonly removeEnded: (queueName: string, olderThan: Duration.DurationInput) => Effect.Effect<number, SqlError.SqlError>
+}>() {}
+
+interface Claimed {
+  readonly sequence: number
+  readonly id: string
+  readonly queueName: string
+  readonly element: string
+  /** The claimed attempt number (1 = first attempt): the fence of every outcome. */
+  readonly attempt: number
+}
+
+type Settlement =
+  | { readonly _tag: "completed"; readonly value: unknown }
+  | { readonly _tag: "failed"; readonly reason: string; readonly delayMs: number; readonly exhausted: boolean }
+  | { readonly _tag: "released" }
+
+interface Pending {
+  readonly item: Claimed
+  readonly settlement: Settlement
+  /** true: recorded; false: fenced out (the lease was taken over) or the write failed (the lease then expires). */
+  readonly done: Deferred.Deferred<boolean>
+}
+
+const ClaimedRow = Schema.Struct({
+  sequence: Schema.Union(Schema.Number, Schema.NumberFromString),
+  id: Schema.String,
+  queue_name: Schema.String,
+  element: Schema.String,
+  attempts: Schema.Number
+})
+const decodeClaimed = Schema.decodeUnknownSync(Schema.Array(ClaimedRow))
+
+const REASON = /^[a-z0-9-]{1,64}$/
+
+/** The stable code kept in `last_failure`; never a message (it could quote a payload or a provider's answer). */
+export const failureReason = (cause: Cause.Cause<unknown>): string => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isNone(failure)) return "handler-died"
+  const error = failure.value
+  for (const key of ["reason", "code"] as const) {
+    if (Predicate.hasProperty(error, key) && typeof error[key] === "string" && REASON.test(error[key])) return error[key]
+  }
+  return "handler-failed"
+}
+
+/** A handler error may ask for its own retry delay (a provider's Retry-After) as `retryAfter: Duration`. */
+const retryAfterOf = (cause: Cause.Cause<unknown>): Option.Option<Duration.Duration> => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isNone(failure) || !Predicate.hasProperty(failure.value, "retryAfter")) return Option.none()
+  const value = failure.value.retryAfter
+  return Duration.isDuration(value) ? Option.some(value) : Option.none()
+}
+
+const persistedQueueError = (message: string) => (cause: unknown) =>
+  new PersistedQueue.PersistedQueueError({ message, cause })
+
+export const make = (options: EffectQueueOptions) =>
+  Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const workerId = randomUUID()
+    const lease = Duration.decode(options.leaseDuration)
+    const leaseMs = Math.max(1, Math.round(Duration.toMillis(lease)))
+    const refreshInterval = options.refreshInterval === undefined
+      ? Duration.millis(Math.max(1, Math.floor(leaseMs / 3)))
+      : Duration.decode(options.refreshInterval)
+    const pollInterval = Duration.decode(options.pollInterval)
+    const claimLimit = options.claimLimit ?? 100
+    const hooks = options.hooks ?? {}
+
+    /** Claimed and not yet settled: the leases this store refreshes. */
+    const held = new Map<number, Claimed>()
+
+    const claim = (queueName: string, limit: number) =>
+      Effect.map(
+        sql`
+          WITH due AS (
+            SELECT sequence FROM effect_queue
+            WHERE queue_name = ${queueName} AND NOT completed AND NOT exhausted AND available_at <= now()
+              AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+            ORDER BY available_at, sequence
+            LIMIT ${limit}
+            FOR UPDATE SKIP LOCKED
+          )
+          UPDATE effect_queue m
+          SET attempts = m.attempts + 1, acquired_at = now(), acquired_by = ${workerId},
+              lease_expires_at = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
+          FROM due WHERE m.sequence = due.sequence
+          RETURNING m.sequence, m.id, m.queue_name, m.element, m.attempts`.withoutTransform,
+        (rows) =>
+          decodeClaimed(rows).map((row): Claimed => ({
+            sequence: row.sequence,
+            id: row.id,
+            queueName: row.queue_name,
+            element: row.element,
+            attempt: row.attempts
+          }))
+      )
+
+    // Every transition after the claim is fenced: the item, its claimed attempt, this owner, not ended.
+    const fence = (items: ReadonlyArray<Claimed>) =>
+      sql`FROM unnest(${items.map((i) => i.sequence)}::bigint[], ${items.map((i) => i.attempt)}::int[]) AS f(seq, attempt)
+          WHERE m.sequence = f.seq AND m.attempts = f.attempt AND m.acquired_by = ${workerId}
+            AND NOT m.completed AND NOT m.exhausted`
+
+    const movedSequences = (rows: ReadonlyArray<unknown>) => new Set(rows.map((row) => Number((row as { readonly sequence: unknown }).sequence)))
+
+    const refresh = Effect.suspend(() => {
+      const items = [...held.values()]
+      if (items.length === 0) return Effect.void
+      return sql`
+        UPDATE effect_queue m SET lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'
+        ${fence(items)}
+        RETURNING m.sequence`.withoutTransform.pipe(
+        Effect.flatMap((rows) => {
+          const moved = movedSequences(rows)
+          const lost = items.filter((item) => !moved.has(item.sequence) && held.get(item.sequence) === item)
+          for (const item of lost) held.delete(item.sequence)
+          return lost.length === 0
+            ? Effect.void
+            : Effect.logWarning("effect queue: leases lost (another attempt owns the items now)").pipe(
+              Effect.annotateLogs({ lost: lost.map((item) => `${item.id}#${item.attempt}`).join(",") })
+            )
+        })
+      )
+    })
+
+    /** One transaction for a batch of outcomes: the fenced queue updates, then the hooks of the items that moved. */
+    const record = (batch: ReadonlyArray<Pending>) =>
+      sql.withTransaction(Effect.gen(function* () {
+        const of = (tag: Settlement["_tag"]) => batch.filter((p) => p.settlement._tag === tag)
+        const completed = of("completed")
+        const failed = of("failed")
+        const released = of("released")
+        const moved = new Set<number>()
+        if (completed.length > 0) {
+          const rows = yield* sql`
+            UPDATE effect_queue m
+            SET completed = true, ended_at = now(), acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL,
+                updated_at = now()
+            ${fence(completed.map((p) => p.item))}
+            RETURNING m.sequence`.withoutTransform
+          for (const s of movedSequences(rows)) moved.add(s)
+        }
+        if (failed.length > 0) {
+          const details = failed.map((p) => p.settlement as Extract<Settlement, { _tag: "failed" }>)
+          const rows = yield* sql`
+            UPDATE effect_queue m
+            SET exhausted = d.exhausted, ended_at = CASE WHEN d.exhausted THEN now() END,
+                last_failure = d.reason, available_at = now() + d.delay_ms * interval '1 millisecond',
+                acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL, updated_at = now()
+            FROM unnest(${failed.map((p) => p.item.sequence)}::bigint[], ${failed.map((p) => p.item.attempt)}::int[],
+                        ${details.map((d) => d.reason)}::text[], ${details.map((d) => d.delayMs)}::bigint[],
+                        ${details.map((d) => d.exhausted)}::boolean[]) AS d(seq, attempt, reason, delay_ms, exhausted)
+            WHERE m.sequence = d.seq AND m.attempts = d.attempt AND m.acquired_by = ${workerId}
+              AND NOT m.completed AND NOT m.exhausted
+            RETURNING m.sequence`.withoutTransform
+          for (const s of movedSequences(rows)) moved.add(s)
+        }
+        if (released.length > 0) {
+          // Interrupted (shutdown): the attempt stays counted and the item is due again at once.
+          const rows = yield* sql`
+            UPDATE effect_queue m
+            SET acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL, available_at = now(), updated_at = now()
+            ${fence(released.map((p) => p.item))}
+            RETURNING m.sequence`.withoutTransform
+          for (const s of movedSequences(rows)) moved.add(s)
+        }
+        for (const pending of batch) {
+          if (!moved.has(pending.item.sequence)) continue
+          const hook = hooks[pending.item.queueName]
+          const ref: AttemptRef = { id: pending.item.id, attempt: pending.item.attempt }
+          const s = pending.settlement
+          if (s._tag === "completed" && hook?.completed !== undefined) yield* hook.completed(ref, s.value)
+          if (s._tag === "failed" && hook?.failed !== undefined) yield* hook.failed(ref, { reason: s.reason, exhausted: s.exhausted })
+        }
+        return moved
+      })).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+
+    const pending = yield* Queue.unbounded<Pending>()
+
+    const resolve = (batch: ReadonlyArray<Pending>, moved: ReadonlySet<number>) =>
+      Effect.gen(function* () {
+        const lost = batch.filter((p) => !moved.has(p.item.sequence))
+        if (lost.length > 0) {
+          yield* Effect.logWarning("effect queue: outcomes refused, the lease was lost (a later attempt owns the items)").pipe(
+            Effect.annotateLogs({ items: lost.map((p) => `${p.item.id}#${p.item.attempt}`).join(",") })
+          )
+        }
+        for (const p of batch) yield* Deferred.succeed(p.done, moved.has(p.item.sequence))
+      })
+
+    // One bad item (a hook that fails) must not sink the batch: after a failed batch each item is tried alone, and
+    // an item whose write still fails is left to its lease (another attempt after `leaseDuration`).
+    const flush = (batch: ReadonlyArray<Pending>) =>
+      record(batch).pipe(
+        Effect.flatMap((moved) => resolve(batch, moved)),
+        Effect.catchAllCause((cause) =>
+          Effect.zipRight(
+            Effect.logWarning("effect queue: recording a batch of outcomes failed; recording them one by one", cause),
+            Effect.forEach(batch, (one) =>
+              record([one]).pipe(
+                Effect.flatMap((moved) => resolve([one], moved)),
+                Effect.catchAllCause((itemCause) =>
+                  Effect.zipRight(
+                    Effect.logError("effect queue: an outcome could not be recorded; the item's lease will expire", itemCause).pipe(
+                      Effect.annotateLogs({ item: `${one.item.id}#${one.item.attempt}` })
+                    ),
+                    Deferred.succeed(one.done, false)
+                  )
+                )
+              ), { discard: true })
+          )
+        )
+      )
+
+    let recording = 0
+    const flusher = yield* Effect.forever(
+      Effect.flatMap(Queue.takeBetween(pending, 1, 1000), (chunk) =>
+        Effect.sync(() => {
+          recording += chunk.length
+        }).pipe(
+          Effect.zipRight(flush([...chunk])),
+          Effect.ensuring(Effect.sync(() => {
+            recording -= chunk.length
+          }))
+        ))
+    ).pipe(Effect.interruptible, Effect.forkDaemon)
+
+    const settle = (item: Claimed, settlement: Settlement) =>
+      Effect.gen(function* () {
+        held.delete(item.sequence)
+        const done = yield* Deferred.make<boolean>()
+        yield* Queue.offer(pending, { item, settlement, done })
+        return yield* Deferred.await(done)
+      })
+
+    const settlementOf = (item: Claimed, maxAttempts: number, exit: Exit.Exit<unknown, unknown>): Effect.Effect<Settlement> => {
+      if (Exit.isSuccess(exit)) return Effect.succeed({ _tag: "completed", value: exit.value })
+      if (Cause.isInterruptedOnly(exit.cause)) return Effect.succeed({ _tag: "released" })
+      const exhausted = item.attempt >= maxAttempts
+      const reason = failureReason(exit.cause)
+      return Effect.map(
+        Option.match(retryAfterOf(exit.cause), {
+          onNone: () => Backoff.delayFor(options.backoff, item.attempt),
+          onSome: Effect.succeed
+        }),
+        (delay) => ({ _tag: "failed", reason, delayMs: exhausted ? 0 : Math.round(Duration.toMillis(delay)), exhausted })
+      )
+    }
+
+    /** Per queue name and maxAttempts: claimed items waiting for a taker, and the poller that claims them. */
+    interface Lane {
+      readonly buffer: Array<Claimed>
+      waiting: number
+      readonly itemsReady: Effect.Latch
+      readonly demand: Effect.Latch
+      readonly work: Effect.Latch
+    }
+    const lanes = new Map<string, Lane>()
+    const pollers: Array<Fiber.RuntimeFiber<unknown, unknown>> = []
+
+    const poll = (queueName: string, maxAttempts: number, lane: Lane) =>
+      Effect.gen(function* () {
+        while (true) {
+          const want = Math.min(claimLimit, lane.waiting - lane.buffer.length)
+          if (want <= 0) {
+            lane.demand.unsafeClose()
+            yield* lane.demand.await
+            continue
+          }
+          const claimed = yield* claim(queueName, want).pipe(
+            Effect.catchAllCause((cause) =>
+              Effect.as(Effect.logWarning("effect queue: claim failed; trying again after the poll interval", cause), null)
+            )
+          )
+          if (claimed === null || claimed.length === 0) {
+            lane.work.unsafeClose()
+            yield* Effect.raceFirst(Effect.sleep(pollInterval), lane.work.await)
+            continue
+          }
+          for (const item of claimed) {
+            held.set(item.sequence, item)
+            if (item.attempt > maxAttempts) {
+              // Its last attempt lost the lease (a process killed or stopped mid-attempt): no attempt is left.
+              yield* Effect.forkDaemon(settle(item, { _tag: "failed", reason: "lease-expired", delayMs: 0, exhausted: true }))
+            } else {
+              lane.buffer.push(item)
+            }
+          }
+          lane.itemsReady.unsafeOpen()
+        }
+      })
+
+    const laneFor = (queueName: string, maxAttempts: number) =>
+      Effect.gen(function* () {
+        const key = `${maxAttempts}:${queueName}`
+        const existing = lanes.get(key)
+        if (existing !== undefined) return existing
+        const lane: Lane = {
+          buffer: [],
+          waiting: 0,
+          itemsReady: yield* Effect.makeLatch(false),
+          demand: yield* Effect.makeLatch(false),
+          work: yield* Effect.makeLatch(false)
+        }
+        lanes.set(key, lane)
+        // `take` runs uninterruptibly, and a fork inherits that: without `interruptible` the poller could never be stopped.
+        pollers.push(yield* Effect.forkDaemon(Effect.interruptible(poll(queueName, maxAttempts, lane))))
+        return lane
+      })
+
+    const take: PersistedQueue.PersistedQueueStore["Type"]["take"] = ({ maxAttempts, name }) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function* () {
+          const lane = yield* laneFor(name, maxAttempts)
+          lane.waiting += 1
+          lane.demand.unsafeOpen()
+          // Only the wait is interruptible: an item is taken from the buffer synchronously, so an interrupted
+          // taker never drops one (it stays buffered, leased and refreshed, for the next taker).
+          const item = yield* Effect.gen(function* () {
+            while (true) {
+              const next = lane.buffer.shift()
+              if (next !== undefined) return next
+              lane.itemsReady.unsafeClose()
+              yield* restore(lane.itemsReady.await)
+            }
+          }).pipe(Effect.ensuring(Effect.sync(() => {
+            lane.waiting -= 1
+          })))
+          yield* Effect.addFinalizer((exit) =>
+            Effect.flatMap(settlementOf(item, maxAttempts, exit as Exit.Exit<unknown, unknown>), (s) => settle(item, s))
+          )
+          // PersistedQueue hands the handler the number of earlier attempts (0 on the first).
+          const element = yield* Effect.try({
+            try: () => JSON.parse(item.element) as unknown,
+            catch: persistedQueueError(`effect queue item ${item.id} holds no JSON`)
+          })
+          return { id: item.id, attempts: item.attempt - 1, element }
+        })
+      )
+
+    const offer: PersistedQueue.PersistedQueueStore["Type"]["offer"] = ({ element, id, name }) =>
+      Effect.gen(function* () {
+        const json = yield* Effect.try({ try: () => JSON.stringify(element), catch: persistedQueueError("element is not JSON") })
+        yield* sql`
+          INSERT INTO effect_queue (id, queue_name, element, available_at, created_at, updated_at)
+          VALUES (${id}, ${name}, ${json}, now(), now(), now())
+          ON CONFLICT (id) DO NOTHING`.withoutTransform.pipe(
+          Effect.mapError(persistedQueueError("effect queue offer failed"))
+        )
+        for (const lane of lanes.values()) lane.work.unsafeOpen()
+      })
+
+    const removeEnded = (queueName: string, olderThan: Duration.DurationInput) =>
+      Effect.gen(function* () {
+        const ageMs = Math.round(Duration.toMillis(Duration.decode(olderThan)))
+        let removed = 0
+        while (true) {
+          const rows = yield* sql`
+            DELETE FROM effect_queue WHERE sequence IN (
+              SELECT sequence FROM effect_queue
+              WHERE queue_name = ${queueName} AND (completed OR exhausted)
+                AND ended_at < now() - ${ageMs} * interval '1 millisecond'
+              LIMIT 1000)
+            RETURNING sequence`.withoutTransform
+          removed += rows.length
+          if (rows.length < 1000) return removed
+        }
+      })
+
+    const refresher = yield* refresh.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("effect queue: lease refresh failed", cause)),
+      Effect.zipRight(Effect.sleep(refreshInterval)),
+      Effect.forever,
+      Effect.interruptible,
+      Effect.forkDaemon
+    )
+
+    // At scope close (after the takers were interrupted and their outcomes recorded): claimed items no taker got
+    // are released for the next process, then the background fibers stop.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function* () {
+        yield* Fiber.interruptAll(pollers)
+        const unclaimed = [...lanes.values()].flatMap((lane) => lane.buffer.splice(0))
+        yield* Effect.forEach(unclaimed, (item) => settle(item, { _tag: "released" }), { concurrency: "unbounded", discard: true })
+        // Outcomes still queued (the lease-expired exhaustions) are flushed before the flusher stops.
+        const drained = Effect.gen(function* () {
+          while ((yield* Queue.size(pending)) > 0 || recording > 0) yield* Effect.sleep(Duration.millis(5))
+        })
+        yield* Effect.timeoutOption(drained, Duration.seconds(10))
+        yield* Fiber.interrupt(refresher)
+        yield* Fiber.interrupt(flusher)
+      })
+    )
+
+    return {
+      store: PersistedQueue.PersistedQueueStore.of({ offer, take }),
+      queue: EffectQueue.of({ workerId, removeEnded })
+    }
+  })
+
+/** `PersistedQueueStore` (for `PersistedQueue.layer`) and `EffectQueue`, over the same store. */
+export const layer = (options: EffectQueueOptions) =>
+  Layer.scopedContext(
+    Effect.map(make(options), ({ queue, store }) =>
+      Context.make(PersistedQueue.PersistedQueueStore, store).pipe(Context.add(EffectQueue, queue)))
+  )

@@ -1,0 +1,133 @@
+import { PersistedQueue } from "@effect/experimental"
+import { Canonical } from "@delivery/core"
+import { freezeMessage, type Mailbox } from "@delivery/mail"
+import { Clock, Context, Effect, Either, Option, Schema } from "effect"
+import { randomUUID } from "node:crypto"
+import { type ApplicationState, type ApplicationSubmitted, CommandConflict, QUEUE_NAME, SubmitApplication, TeamApplicationsStorageUnavailable } from "./Domain.ts"
+import { renderNotifications } from "./Notifications.ts"
+import { TeamApplicationsRepo } from "./TeamApplicationsRepo.ts"
+
+/** What a queue item holds: the effect's name only (its envelope stays in the outbox). */
+export const QueueItem = Schema.Struct({ effect: Schema.UUID })
+export type QueueItem = typeof QueueItem.Type
+
+/** The notification queue on the `PersistedQueue` interface (backed by the project's store, EffectQueueStore.ts). */
+export class NotificationQueue extends Context.Tag("@delivery/team-applications/NotificationQueue")<
+  NotificationQueue,
+  PersistedQueue.PersistedQueue<QueueItem>
+>() {}
+
+export const makeNotificationQueue = PersistedQueue.make({ name: QUEUE_NAME, schema: QueueItem })
+
+/** The sender the envelopes are rendered with; none: submissions are refused. */
+export class TeamApplicationsSender extends Context.Tag("@delivery/team-applications/TeamApplicationsSender")<
+  TeamApplicationsSender,
+  Option.Option<Mailbox>
+>() {}
+
+export interface Submitter {
+  readonly tenant: string
+  readonly account: string
+  /** Names the credential kind and id, never the credential: `api-key:<lookup id>`. */
+  readonly actor: string
+  readonly correlationId: string
+}
+
+const encodeCommand = Schema.encodeSync(SubmitApplication)
+
+/** The request's identity for replays: SHA-256 of its canonical JSON (defaults applied, so omitting `message` = ""). */
+export const requestSha256 = (command: SubmitApplication) =>
+  Canonical.sha256Hex(Either.getOrThrow(Canonical.canonicalString(encodeCommand(command))))
+
+/**
+ * Team-application submissions (spec 002): the application, its command receipt, the audit row, both notification
+ * envelopes and one queue item per notification commit in one transaction. The same command id with the same
+ * content answers the recorded response and writes nothing; with other content it is refused (`command-id-reused`).
+ */
+export class TeamApplications extends Effect.Service<TeamApplications>()("@delivery/team-applications/TeamApplications", {
+  effect: Effect.gen(function* () {
+    const repo = yield* TeamApplicationsRepo
+    const queue = yield* NotificationQueue
+    const sender = yield* TeamApplicationsSender
+
+    const submit = Effect.fn("TeamApplications.submit")(function* (command: SubmitApplication, by: Submitter) {
+      const sha = requestSha256(command)
+      return yield* repo.transaction(
+        "submit",
+        Effect.gen(function* () {
+          yield* repo.lockCommand(by.tenant, command.commandId)
+          const previous = yield* repo.findCommand(by.tenant, command.commandId)
+          if (Option.isSome(previous)) {
+            if (previous.value.request_sha256 !== sha) {
+              return yield* new CommandConflict({ reason: "command-id-reused", correlationId: by.correlationId })
+            }
+            return { replayed: true, response: previous.value.response as ApplicationSubmitted }
+          }
+          // A replay above still answers without a sender; a new submission needs one to render its envelopes.
+          if (Option.isNone(sender)) return yield* Effect.fail({ _tag: "SenderUnconfigured" } as const)
+          const at = new Date(yield* Clock.currentTimeMillis)
+          const id = randomUUID()
+          yield* repo.insertApplication({
+            id,
+            tenant: by.tenant,
+            commandId: command.commandId,
+            teamSlug: command.team.slug,
+            teamName: command.team.name,
+            teamEmail: command.team.email,
+            applicantName: command.applicant.name,
+            applicantEmail: command.applicant.email,
+            message: command.message,
+            submittedBy: by.account,
+            at
+          })
+          const envelopes = renderNotifications(sender.value, command).map(({ audience, message }) => ({
+            effectId: randomUUID(),
+            audience,
+            ...freezeMessage(message)
+          }))
+          yield* repo.insertEnvelopes({ applicationId: id, tenant: by.tenant, at, envelopes })
+          // Inside the transaction: the items commit (or not) with everything else.
+          for (const envelope of envelopes) {
+            yield* queue.offer({ effect: envelope.effectId }, { id: envelope.effectId }).pipe(
+              Effect.mapError(() => new TeamApplicationsStorageUnavailable({ operation: "offer" }))
+            )
+          }
+          const response: ApplicationSubmitted = {
+            application: { id, tenant: by.tenant, commandId: command.commandId, team: command.team.slug, createdAt: at.toISOString() },
+            notifications: envelopes.map(({ audience, effectId }) => ({ effectId, audience }))
+          }
+          yield* repo.insertCommand({ tenant: by.tenant, commandId: command.commandId, requestSha256: sha, applicationId: id, response, at })
+          yield* repo.insertAudit({ tenant: by.tenant, applicationId: id, actor: by.actor, correlationId: by.correlationId, at })
+          return { replayed: false, response }
+        })
+      )
+    })
+
+    /** An application's notifications and their delivery states (never an address or an envelope). */
+    const state = Effect.fn("TeamApplications.state")(function* (tenant: string, id: string) {
+      const head = yield* repo.head(tenant, id)
+      if (Option.isNone(head)) return Option.none<ApplicationState>()
+      const rows = yield* repo.states(id)
+      return Option.some<ApplicationState>({
+        id: head.value.id,
+        tenant: head.value.tenant_id,
+        team: head.value.team_slug,
+        createdAt: head.value.created_at,
+        notifications: rows.map((row) => ({
+          effectId: row.effect_id,
+          audience: row.audience,
+          state: row.state,
+          attempts: row.attempts,
+          nextAttemptAt: row.next_attempt_at,
+          leaseExpiresAt: row.lease_expires_at,
+          failures: row.failures,
+          lastError: row.last_error,
+          outcomeAt: row.outcome_at
+        }))
+      })
+    })
+
+    return { submit, state, summary: repo.summary } as const
+  }),
+  dependencies: [TeamApplicationsRepo.Default]
+}) {}

@@ -1,0 +1,319 @@
+import { PersistedQueue } from "@effect/experimental"
+import { Backoff } from "@delivery/core"
+import { TestDatabaseLive } from "@delivery/testing/vitest"
+import { SqlClient } from "@effect/sql"
+import { expect, layer } from "@effect/vitest"
+import { Context, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { randomUUID } from "node:crypto"
+import * as EffectQueueStore from "../src/EffectQueueStore.ts"
+
+// The project's PersistedQueueStore (spec 002: "The queue owns the lease, the attempt count, and the retry delay")
+// on real PostgreSQL, through Effect's `PersistedQueue` interface. Live clock, short leases (300-600 ms).
+
+const Item = Schema.Struct({ n: Schema.Number })
+
+interface StoreOptions extends Partial<EffectQueueStore.EffectQueueOptions> {}
+
+/** A store of its own (its own worker id and leases) and a PersistedQueue over it, built in the test's scope. */
+const storeFor = (name: string, options: StoreOptions = {}) =>
+  Effect.gen(function* () {
+    const context = yield* Layer.build(
+      PersistedQueue.layer.pipe(
+        Layer.provideMerge(EffectQueueStore.layer({
+          leaseDuration: "600 millis",
+          pollInterval: "20 millis",
+          backoff: Backoff.make({ base: "200 millis", cap: "200 millis", jitter: 0 }),
+          ...options
+        }))
+      )
+    )
+    const queue = yield* PersistedQueue.make({ name, schema: Item }).pipe(Effect.provide(context))
+    return { queue, store: Context.get(context, EffectQueueStore.EffectQueue), context }
+  })
+
+interface Row {
+  readonly id: string
+  readonly attempts: number
+  readonly completed: boolean
+  readonly exhausted: boolean
+  readonly last_failure: string | null
+  readonly leased: boolean
+  readonly acquired_by: string | null
+  readonly due_in_ms: number
+  readonly ended: boolean
+}
+
+const rowsOf = (name: string) =>
+  Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    sql<Row>`
+      SELECT id, attempts, completed, exhausted, last_failure, COALESCE(lease_expires_at > now(), false) AS leased, acquired_by::text AS acquired_by,
+             (extract(epoch FROM available_at - now()) * 1000)::float8 AS due_in_ms, ended_at IS NOT NULL AS ended
+      FROM effect_queue WHERE queue_name = ${name} ORDER BY sequence`.withoutTransform)
+
+const rowOf = (name: string, id: string) => Effect.map(rowsOf(name), (rows) => rows.find((row) => row.id === id)!)
+
+const queueName = () => `q-${randomUUID().slice(0, 8)}`
+
+const within = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = "10 seconds") =>
+  Effect.timeoutFail(effect, { duration: limit, onTimeout: () => new Error("test wait timed out") })
+
+const until = <R>(check: Effect.Effect<boolean, unknown, R>, limit: Duration.DurationInput = "10 seconds") =>
+  within(Effect.gen(function* () {
+    while (!(yield* check)) yield* Effect.sleep("20 millis")
+  }), limit)
+
+class Flaky extends Data.TaggedError("Flaky")<{ readonly reason: string; readonly retryAfter?: Duration.Duration }> {}
+
+layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec 002: the queue owns lease, attempts and retry delay)", (it) => {
+  it.scoped("offer and take through PersistedQueue: the handler gets the element and 0 earlier attempts; the item ends completed, counted as one attempt", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name)
+      const id = yield* queue.offer({ n: 7 })
+      const seen = yield* within(queue.take((value, meta) => Effect.succeed({ value, meta })))
+      expect(seen).toEqual({ value: { n: 7 }, meta: { id, attempts: 0 } })
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 1, completed: true, exhausted: false, leased: false, acquired_by: null, ended: true })
+    }))
+
+  it.scoped("offer with the same id twice keeps one item; an offer in a rolled-back transaction leaves none", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name)
+      const sql = yield* SqlClient.SqlClient
+      yield* queue.offer({ n: 1 }, { id: `${name}-a` })
+      yield* queue.offer({ n: 2 }, { id: `${name}-a` })
+      yield* sql.withTransaction(Effect.zipRight(queue.offer({ n: 3 }, { id: `${name}-b` }), Effect.fail("rollback"))).pipe(Effect.ignore)
+      const rows = yield* rowsOf(name)
+      expect(rows.map((row) => row.id)).toEqual([`${name}-a`])
+      const element = yield* sql<{ readonly element: string }>`SELECT element FROM effect_queue WHERE id = ${`${name}-a`}`.withoutTransform
+      expect(JSON.parse(element[0]!.element)).toEqual({ n: 1 })
+    }))
+
+  it.scoped("'attempt counted at claim': while the handler runs the item already shows attempt 1 and a live lease held by this store", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue, store } = yield* storeFor(name)
+      const id = yield* queue.offer({ n: 1 })
+      const during = yield* within(queue.take(() => rowOf(name, id)))
+      expect(during).toMatchObject({ attempts: 1, completed: false, leased: true, acquired_by: store.workerId })
+    }))
+
+  it.scoped("'Failed while a retry waits': a failed attempt records its reason and waits the backoff delay before the next attempt, which sees 1 earlier attempt", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { backoff: Backoff.make({ base: "700 millis", cap: "700 millis", jitter: 0 }) })
+      const id = yield* queue.offer({ n: 1 })
+      const failed = yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "provider-5xx" }))))
+      expect(Exit.isFailure(failed)).toBe(true)
+      const row = yield* rowOf(name, id)
+      expect(row).toMatchObject({ attempts: 1, completed: false, exhausted: false, last_failure: "provider-5xx", leased: false, ended: false })
+      expect(row.due_in_ms).toBeGreaterThan(400)
+      expect(row.due_in_ms).toBeLessThanOrEqual(700)
+      const started = Date.now()
+      const meta = yield* within(queue.take((_, meta) => Effect.succeed(meta)))
+      expect(Date.now() - started).toBeGreaterThanOrEqual(400)
+      expect(meta.attempts).toBe(1)
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 2, completed: true })
+    }))
+
+  it.scoped("a handler's retryAfter (a provider's Retry-After) replaces the backoff delay", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name)
+      const id = yield* queue.offer({ n: 1 })
+      yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "provider-5xx", retryAfter: Duration.seconds(30) }))))
+      const row = yield* rowOf(name, id)
+      expect(row.due_in_ms).toBeGreaterThan(29_000)
+      expect(row.due_in_ms).toBeLessThanOrEqual(30_000)
+    }))
+
+  it.scoped("a failure without a stable code is kept as handler-failed, a defect as handler-died (never a message)", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { backoff: Backoff.make({ base: "20 millis", cap: "20 millis", jitter: 0 }) })
+      const id = yield* queue.offer({ n: 1 })
+      yield* Effect.exit(within(queue.take(() => Effect.fail(new Error("secret body 123")))))
+      expect((yield* rowOf(name, id)).last_failure).toBe("handler-failed")
+      yield* Effect.exit(within(queue.take(() => Effect.die(new Error("boom")))))
+      expect((yield* rowOf(name, id)).last_failure).toBe("handler-died")
+      yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "Not A Code" }))))
+      expect((yield* rowOf(name, id)).last_failure).toBe("handler-failed")
+    }))
+
+  it.scoped("after maxAttempts failed attempts the item ends exhausted and is never taken again", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { backoff: Backoff.make({ base: "10 millis", cap: "10 millis", jitter: 0 }) })
+      const id = yield* queue.offer({ n: 1 })
+      for (let i = 0; i < 2; i++) yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "provider-timeout" }), { maxAttempts: 2 })))
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 2, exhausted: true, completed: false, last_failure: "provider-timeout", ended: true })
+      const again = yield* queue.take(() => Effect.succeed("taken"), { maxAttempts: 2 }).pipe(Effect.timeoutOption("300 millis"))
+      expect(again._tag).toBe("None")
+    }))
+
+  it.scoped("'A worker that stops refreshing its lease loses it': another store takes the item after the lease, and 'the late owner records nothing'", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const completedHooks: Array<string> = []
+      const hooks = { [name]: { completed: (ref: EffectQueueStore.AttemptRef) => Effect.sync(() => void completedHooks.push(`${ref.id}#${ref.attempt}`)) } }
+      // A: never refreshes within the test (a stopped process); B: a healthy store.
+      const a = yield* storeFor(name, { leaseDuration: "400 millis", refreshInterval: "1 hour", hooks })
+      const b = yield* storeFor(name, { leaseDuration: "400 millis", hooks })
+      const id = yield* a.queue.offer({ n: 1 })
+      const release = yield* Deferred.make<void>()
+      const late = yield* Effect.fork(a.queue.take(() => Effect.as(Deferred.await(release), "late")))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 1))
+      const takeover = yield* within(b.queue.take((_, meta) => Effect.succeed(meta.attempts)))
+      expect(takeover).toBe(1)
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 2, completed: true, acquired_by: null })
+      yield* Deferred.succeed(release, undefined)
+      expect(yield* within(Fiber.join(late))).toBe("late")
+      // The late owner's completion was refused: still attempt 2's outcome, and only attempt 2's hook ran.
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 2, completed: true })
+      expect(completedHooks).toEqual([`${id}#2`])
+    }))
+
+  it.scoped("a live owner keeps its lease by refreshing it: no other store takes the item while the attempt runs past the lease", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const a = yield* storeFor(name, { leaseDuration: "300 millis", refreshInterval: "60 millis" })
+      const b = yield* storeFor(name, { leaseDuration: "300 millis" })
+      const id = yield* a.queue.offer({ n: 1 })
+      const owner = yield* Effect.fork(a.queue.take(() => Effect.as(Effect.sleep("1200 millis"), "owner")))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 1))
+      const rival = yield* Effect.fork(b.queue.take(() => Effect.succeed("rival")))
+      expect(yield* within(Fiber.join(owner))).toBe("owner")
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 1, completed: true })
+      yield* Fiber.interrupt(rival)
+    }))
+
+  it.scoped("an interrupted attempt keeps its attempt counted and puts the item back, due at once", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name)
+      const id = yield* queue.offer({ n: 1 })
+      const running = yield* Deferred.make<void>()
+      const fiber = yield* Effect.fork(queue.take(() => Effect.zipRight(Deferred.succeed(running, undefined), Effect.never)))
+      yield* within(Deferred.await(running))
+      yield* Fiber.interrupt(fiber)
+      const row = yield* rowOf(name, id)
+      expect(row).toMatchObject({ attempts: 1, completed: false, leased: false, acquired_by: null, last_failure: null })
+      expect(row.due_in_ms).toBeLessThanOrEqual(0)
+      expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.attempts)))).toBe(1)
+    }))
+
+  it.scoped("a take interrupted while it waits on an empty queue locks nothing: the next taker gets a new item at once", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { pollInterval: "50 millis" })
+      const waited = yield* queue.take(() => Effect.succeed("none")).pipe(Effect.timeoutOption("150 millis"))
+      expect(waited._tag).toBe("None")
+      const id = yield* queue.offer({ n: 1 })
+      const started = Date.now()
+      expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.id)), "2 seconds")).toBe(id)
+      expect(Date.now() - started).toBeLessThan(1000)
+    }))
+
+  it.scoped("closing the store releases what it claimed but handed to no taker", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const id = yield* Effect.scoped(Effect.gen(function* () {
+        const { queue } = yield* storeFor(name, { leaseDuration: "60 seconds" })
+        // Two takers wait, so the poller claims for two; one item arrives for them.
+        const takers = yield* Effect.forkAll([queue.take(() => Effect.never), queue.take(() => Effect.never)])
+        const offered = yield* queue.offer({ n: 1 })
+        yield* until(Effect.map(rowOf(name, offered), (row) => row.attempts === 1))
+        yield* Fiber.interrupt(takers)
+        return offered
+      }))
+      const row = yield* rowOf(name, id)
+      expect(row).toMatchObject({ attempts: 1, leased: false, acquired_by: null, completed: false })
+      yield* Effect.asVoid(sql`SELECT 1`)
+    }))
+
+  it.scoped("hooks run in the outcome's transaction: a failing hook leaves its item unrecorded (lease left to expire) and the rest of the batch recorded", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`CREATE TABLE IF NOT EXISTS queue_hook_log (id text PRIMARY KEY)`.withoutTransform
+      const hooks = {
+        [name]: {
+          completed: (ref: EffectQueueStore.AttemptRef, value: unknown) =>
+            value === "bad"
+              ? Effect.asVoid(sql`INSERT INTO queue_hook_log (id) VALUES (NULL)`.withoutTransform)
+              : Effect.asVoid(sql`INSERT INTO queue_hook_log (id) VALUES (${ref.id})`.withoutTransform)
+        }
+      }
+      const { queue } = yield* storeFor(name, { hooks, leaseDuration: "60 seconds" })
+      const ids = yield* Effect.forEach([1, 2, 3], (n) => queue.offer({ n }))
+      yield* within(Effect.all(
+        [1, 2, 3].map(() => queue.take((value) => Effect.succeed(value.n === 2 ? "bad" : "good"))),
+        { concurrency: 3 }
+      ))
+      const rows = yield* rowsOf(name)
+      const byId = new Map(rows.map((row) => [row.id, row]))
+      expect(byId.get(ids[0]!)).toMatchObject({ completed: true })
+      expect(byId.get(ids[2]!)).toMatchObject({ completed: true })
+      expect(byId.get(ids[1]!)).toMatchObject({ completed: false, leased: true, attempts: 1 })
+      const logged = yield* sql<{ readonly id: string }>`SELECT id FROM queue_hook_log WHERE id = ANY(${ids}) ORDER BY id`.withoutTransform
+      expect(logged.map((row) => row.id).sort()).toEqual([ids[0]!, ids[2]!].sort())
+    }))
+
+  it.scoped("an item whose last attempt lost its lease ends exhausted (lease-expired) without running the handler again", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const failures: Array<EffectQueueStore.FailureRecord> = []
+      const hooks = { [name]: { failed: (_: EffectQueueStore.AttemptRef, failure: EffectQueueStore.FailureRecord) => Effect.sync(() => void failures.push(failure)) } }
+      const a = yield* storeFor(name, { leaseDuration: "300 millis", refreshInterval: "1 hour", hooks })
+      const b = yield* storeFor(name, { leaseDuration: "300 millis", hooks })
+      const id = yield* a.queue.offer({ n: 1 })
+      const stuck = yield* Effect.fork(a.queue.take(() => Effect.never, { maxAttempts: 1 }))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 1))
+      let ran = false
+      const rival = yield* Effect.fork(b.queue.take(() => Effect.sync(() => { ran = true }), { maxAttempts: 1 }))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.exhausted))
+      expect(yield* rowOf(name, id)).toMatchObject({ exhausted: true, last_failure: "lease-expired", attempts: 2, ended: true })
+      expect(ran).toBe(false)
+      expect(failures).toEqual([{ reason: "lease-expired", exhausted: true }])
+      yield* Fiber.interrupt(rival)
+      yield* Fiber.interrupt(stuck)
+    }))
+
+  it.scoped("clean-up removes only this queue's items that ended longer ago than asked, and never pending ones", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const other = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const { queue, store } = yield* storeFor(name)
+      const old = yield* queue.offer({ n: 1 })
+      const recent = yield* queue.offer({ n: 2 })
+      const waiting = yield* queue.offer({ n: 3 }, { id: `${name}-waiting` })
+      yield* sql`UPDATE effect_queue SET available_at = now() + interval '1 hour' WHERE id = ${waiting}`.withoutTransform
+      for (let i = 0; i < 2; i++) yield* within(queue.take(() => Effect.void))
+      const otherQueue = yield* storeFor(other)
+      const foreign = yield* otherQueue.queue.offer({ n: 4 })
+      yield* within(otherQueue.queue.take(() => Effect.void))
+      yield* sql`UPDATE effect_queue SET ended_at = now() - interval '31 days' WHERE id IN (${old}, ${foreign})`.withoutTransform
+      yield* sql`UPDATE effect_queue SET ended_at = now() - interval '29 days' WHERE id = ${recent}`.withoutTransform
+      expect(yield* store.removeEnded(name, Duration.days(30))).toBe(1)
+      expect((yield* rowsOf(name)).map((row) => row.id).sort()).toEqual([recent, waiting].sort())
+      expect((yield* rowsOf(other)).map((row) => row.id)).toEqual([foreign])
+    }))
+
+  it.scoped("two stores with four takers each process 200 items exactly once, each in one attempt", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const a = yield* storeFor(name)
+      const b = yield* storeFor(name)
+      yield* Effect.forEach(Array.from({ length: 200 }, (_, n) => n), (n) => a.queue.offer({ n }), { concurrency: 10 })
+      const seen: Array<number> = []
+      const taker = (queue: typeof a.queue) => Effect.forever(queue.take((value) => Effect.sync(() => void seen.push(value.n))))
+      const fibers = yield* Effect.forkAll([...Array(4)].flatMap(() => [taker(a.queue), taker(b.queue)]))
+      yield* until(Effect.sync(() => seen.length >= 200))
+      yield* until(Effect.map(rowsOf(name), (rows) => rows.every((row) => row.completed)))
+      yield* Fiber.interrupt(fibers)
+      expect([...seen].sort((x, y) => x - y)).toEqual(Array.from({ length: 200 }, (_, n) => n))
+      expect((yield* rowsOf(name)).every((row) => row.attempts === 1 && row.completed)).toBe(true)
+    }))
+})
