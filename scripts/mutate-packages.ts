@@ -46,5 +46,9 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   receipts: {
     mutate: modules("receipts", ["ReceiptWork", "Receipts", "ReceiptsRepo", "Notification", "FileStore"]),
     tests: ["packages/receipts"]
+  },
+  "team-applications": {
+    mutate: modules("team-applications", ["EffectQueueStore", "Delivery", "TeamApplications", "Notifications", "TeamApplicationsConfig"]),
+    tests: ["packages/team-applications"]
   }
 }
