@@ -1,7 +1,7 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff } from "@delivery/core"
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Predicate, Queue, Schema } from "effect"
+import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, FiberId, Layer, Option, Predicate } from "effect"
 import { randomUUID } from "node:crypto"
 
 // A project-owned `PersistedQueueStore` over `effect_queue` (migrations/0018): Effect's `PersistedQueue` interface
@@ -80,18 +80,16 @@ type Settlement =
 interface Pending {
   readonly item: Claimed
   readonly settlement: Settlement
-  /** true: recorded; false: fenced out (the lease was taken over) or the write failed (the lease then expires). */
-  readonly done: Deferred.Deferred<boolean>
 }
 
-const ClaimedRow = Schema.Struct({
-  sequence: Schema.Union(Schema.Number, Schema.NumberFromString),
-  id: Schema.String,
-  queue_name: Schema.String,
-  element: Schema.String,
-  attempts: Schema.Number
-})
-const decodeClaimed = Schema.decodeUnknownSync(Schema.Array(ClaimedRow))
+interface ClaimedRow {
+  /** bigint: the driver answers a string. */
+  readonly sequence: string | number
+  readonly id: string
+  readonly queue_name: string
+  readonly element: string
+  readonly attempts: number
+}
 
 const REASON = /^[a-z0-9-]{1,64}$/
 
@@ -149,9 +147,10 @@ export const make = (options: EffectQueueOptions) =>
               lease_expires_at = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
           FROM due WHERE m.sequence = due.sequence
           RETURNING m.sequence, m.id, m.queue_name, m.element, m.attempts`.withoutTransform,
+        // Mapped by hand: this runs for every claimed row on the hot path.
         (rows) =>
-          decodeClaimed(rows).map((row): Claimed => ({
-            sequence: row.sequence,
+          (rows as unknown as ReadonlyArray<ClaimedRow>).map((row): Claimed => ({
+            sequence: Number(row.sequence),
             id: row.id,
             queueName: row.queue_name,
             element: row.element,
@@ -187,114 +186,120 @@ export const make = (options: EffectQueueOptions) =>
       )
     })
 
-    /** One transaction for a batch of outcomes: the fenced queue updates, then the hooks of the items that moved. */
-    const record = (batch: ReadonlyArray<Pending>) =>
-      sql.withTransaction(Effect.gen(function* () {
-        const of = (tag: Settlement["_tag"]) => batch.filter((p) => p.settlement._tag === tag)
-        const completed = of("completed")
-        const failed = of("failed")
-        const released = of("released")
-        const moved = new Set<number>()
-        if (completed.length > 0) {
-          const rows = yield* sql`
-            UPDATE effect_queue m
-            SET completed = true, ended_at = now(), acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL,
-                updated_at = now()
-            ${fence(completed.map((p) => p.item))}
-            RETURNING m.sequence`.withoutTransform
-          for (const s of movedSequences(rows)) moved.add(s)
-        }
-        if (failed.length > 0) {
-          const details = failed.map((p) => p.settlement as Extract<Settlement, { _tag: "failed" }>)
-          const rows = yield* sql`
-            UPDATE effect_queue m
-            SET exhausted = d.exhausted, ended_at = CASE WHEN d.exhausted THEN now() END,
-                last_failure = d.reason, available_at = now() + d.delay_ms * interval '1 millisecond',
-                acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL, updated_at = now()
-            FROM unnest(${failed.map((p) => p.item.sequence)}::bigint[], ${failed.map((p) => p.item.attempt)}::int[],
-                        ${details.map((d) => d.reason)}::text[], ${details.map((d) => d.delayMs)}::bigint[],
-                        ${details.map((d) => d.exhausted)}::boolean[]) AS d(seq, attempt, reason, delay_ms, exhausted)
-            WHERE m.sequence = d.seq AND m.attempts = d.attempt AND m.acquired_by = ${workerId}
-              AND NOT m.completed AND NOT m.exhausted
-            RETURNING m.sequence`.withoutTransform
-          for (const s of movedSequences(rows)) moved.add(s)
-        }
-        if (released.length > 0) {
-          // Interrupted (shutdown): the attempt stays counted and the item is due again at once.
-          const rows = yield* sql`
-            UPDATE effect_queue m
-            SET acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL, available_at = now(), updated_at = now()
-            ${fence(released.map((p) => p.item))}
-            RETURNING m.sequence`.withoutTransform
-          for (const s of movedSequences(rows)) moved.add(s)
-        }
-        for (const pending of batch) {
-          if (!moved.has(pending.item.sequence)) continue
-          const hook = hooks[pending.item.queueName]
-          const ref: AttemptRef = { id: pending.item.id, attempt: pending.item.attempt }
-          const s = pending.settlement
-          if (s._tag === "completed" && hook?.completed !== undefined) yield* hook.completed(ref, s.value)
-          if (s._tag === "failed" && hook?.failed !== undefined) yield* hook.failed(ref, { reason: s.reason, exhausted: s.exhausted })
-        }
-        return moved
-      })).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    const hookOf = (pending: Pending) => {
+      const hook = hooks[pending.item.queueName]
+      const s = pending.settlement
+      return s._tag === "completed" ? hook?.completed : s._tag === "failed" ? hook?.failed : undefined
+    }
 
-    const pending = yield* Queue.unbounded<Pending>()
+    /**
+     * A batch of outcomes in one fenced statement (completed, failed and released together), plus the hooks of the
+     * items that moved, in one transaction when there are hooks to run (one statement is atomic on its own).
+     */
+    const record = (batch: ReadonlyArray<Pending>) => {
+      const failure = (p: Pending) => (p.settlement._tag === "failed" ? p.settlement : undefined)
+      const update = sql`
+        UPDATE effect_queue m
+        SET completed = d.kind = 'completed',
+            exhausted = d.kind = 'failed' AND d.exhausted,
+            ended_at = CASE WHEN d.kind = 'completed' OR (d.kind = 'failed' AND d.exhausted) THEN now() END,
+            last_failure = CASE WHEN d.kind = 'failed' THEN d.reason ELSE m.last_failure END,
+            available_at = CASE WHEN d.kind = 'completed' THEN m.available_at
+                                ELSE now() + d.delay_ms * interval '1 millisecond' END,
+            acquired_at = NULL, acquired_by = NULL, lease_expires_at = NULL, updated_at = now()
+        FROM unnest(${batch.map((p) => p.item.sequence)}::bigint[], ${batch.map((p) => p.item.attempt)}::int[],
+                    ${batch.map((p) => p.settlement._tag)}::text[], ${batch.map((p) => failure(p)?.reason ?? null)}::text[],
+                    ${batch.map((p) => failure(p)?.delayMs ?? 0)}::bigint[], ${batch.map((p) => failure(p)?.exhausted ?? false)}::boolean[])
+             AS d(seq, attempt, kind, reason, delay_ms, exhausted)
+        WHERE m.sequence = d.seq AND m.attempts = d.attempt AND m.acquired_by = ${workerId}
+          AND NOT m.completed AND NOT m.exhausted
+        RETURNING m.sequence`.withoutTransform
+      const moved = Effect.map(update, (rows) => new Set(rows.map((row) => Number((row as { readonly sequence: unknown }).sequence))))
+      if (!batch.some((p) => hookOf(p) !== undefined)) return moved
+      return sql.withTransaction(Effect.tap(moved, (movedSet) =>
+        Effect.forEach(batch, (p) => {
+          if (!movedSet.has(p.item.sequence)) return Effect.void
+          const ref: AttemptRef = { id: p.item.id, attempt: p.item.attempt }
+          const s = p.settlement
+          const hook = hooks[p.item.queueName]
+          if (s._tag === "completed" && hook?.completed !== undefined) return hook.completed(ref, s.value)
+          if (s._tag === "failed" && hook?.failed !== undefined) return hook.failed(ref, { reason: s.reason, exhausted: s.exhausted })
+          return Effect.void
+        }, { discard: true }))).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    }
 
-    const resolve = (batch: ReadonlyArray<Pending>, moved: ReadonlySet<number>) =>
-      Effect.gen(function* () {
-        const lost = batch.filter((p) => !moved.has(p.item.sequence))
-        if (lost.length > 0) {
-          yield* Effect.logWarning("effect queue: outcomes refused, the lease was lost (a later attempt owns the items)").pipe(
-            Effect.annotateLogs({ items: lost.map((p) => `${p.item.id}#${p.item.attempt}`).join(",") })
-          )
-        }
-        for (const p of batch) yield* Deferred.succeed(p.done, moved.has(p.item.sequence))
-      })
+    const warnLost = (lost: ReadonlyArray<Pending>) =>
+      lost.length === 0
+        ? Effect.void
+        : Effect.logWarning("effect queue: outcomes refused, the lease was lost (a later attempt owns the items)").pipe(
+          Effect.annotateLogs({ items: lost.map((p) => `${p.item.id}#${p.item.attempt}`).join(",") })
+        )
 
     // One bad item (a hook that fails) must not sink the batch: after a failed batch each item is tried alone, and
     // an item whose write still fails is left to its lease (another attempt after `leaseDuration`).
-    const flush = (batch: ReadonlyArray<Pending>) =>
+    const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<ReadonlySet<number>> =>
       record(batch).pipe(
-        Effect.flatMap((moved) => resolve(batch, moved)),
         Effect.catchAllCause((cause) =>
           Effect.zipRight(
             Effect.logWarning("effect queue: recording a batch of outcomes failed; recording them one by one", cause),
-            Effect.forEach(batch, (one) =>
+            Effect.reduce(batch, new Set<number>(), (moved, one) =>
               record([one]).pipe(
-                Effect.flatMap((moved) => resolve([one], moved)),
+                Effect.map((itemMoved) => (itemMoved.has(one.item.sequence) ? moved.add(one.item.sequence) : moved)),
                 Effect.catchAllCause((itemCause) =>
-                  Effect.zipRight(
+                  Effect.as(
                     Effect.logError("effect queue: an outcome could not be recorded; the item's lease will expire", itemCause).pipe(
                       Effect.annotateLogs({ item: `${one.item.id}#${one.item.attempt}` })
                     ),
-                    Deferred.succeed(one.done, false)
+                    moved
                   )
                 )
-              ), { discard: true })
+              ))
           )
-        )
+        ),
+        Effect.tap((moved) => warnLost(batch.filter((p) => !moved.has(p.item.sequence))))
       )
 
+    // Group commit: outcomes gather in `open` while earlier batches are being written; the flusher takes the whole
+    // batch at once and completes its one Deferred with the sequences that moved. Two batches may be in flight (on
+    // two connections), so one batch's takers run their handlers while the other batch commits.
+    interface Batch {
+      readonly items: Array<Pending>
+      readonly done: Deferred.Deferred<ReadonlySet<number>>
+    }
+    const newBatch = (): Batch => ({ items: [], done: Deferred.unsafeMake(FiberId.none) })
+    let open = newBatch()
     let recording = 0
-    const flusher = yield* Effect.forever(
-      Effect.flatMap(Queue.takeBetween(pending, 1, 1000), (chunk) =>
-        Effect.sync(() => {
-          recording += chunk.length
-        }).pipe(
-          Effect.zipRight(flush([...chunk])),
-          Effect.ensuring(Effect.sync(() => {
-            recording -= chunk.length
-          }))
-        ))
-    ).pipe(Effect.interruptible, Effect.forkDaemon)
+    const outcomesWaiting = yield* Effect.makeLatch(false)
+    const writers = yield* Effect.makeSemaphore(2)
+    const flusher = yield* Effect.gen(function* () {
+      while (true) {
+        yield* outcomesWaiting.await
+        yield* writers.take(1)
+        outcomesWaiting.unsafeClose()
+        const batch = open
+        open = newBatch()
+        recording += batch.items.length
+        yield* flush(batch.items).pipe(
+          Effect.flatMap((moved) => Deferred.succeed(batch.done, moved)),
+          Effect.ensuring(Effect.zipRight(
+            Effect.sync(() => {
+              recording -= batch.items.length
+            }),
+            writers.release(1)
+          )),
+          Effect.forkDaemon
+        )
+      }
+    }).pipe(Effect.interruptible, Effect.forkDaemon)
 
+    /** Queues the outcome for the next batch and waits until it was written: true when the fence held. */
     const settle = (item: Claimed, settlement: Settlement) =>
-      Effect.gen(function* () {
+      Effect.suspend(() => {
         held.delete(item.sequence)
-        const done = yield* Deferred.make<boolean>()
-        yield* Queue.offer(pending, { item, settlement, done })
-        return yield* Deferred.await(done)
+        const batch = open
+        batch.items.push({ item, settlement })
+        outcomesWaiting.unsafeOpen()
+        return Effect.map(Deferred.await(batch.done), (moved) => moved.has(item.sequence))
       })
 
     const settlementOf = (item: Claimed, maxAttempts: number, exit: Exit.Exit<unknown, unknown>): Effect.Effect<Settlement> => {
@@ -315,6 +320,8 @@ export const make = (options: EffectQueueOptions) =>
     interface Lane {
       readonly buffer: Array<Claimed>
       waiting: number
+      /** Takers whose item is being handled or recorded. */
+      active: number
       readonly itemsReady: Effect.Latch
       readonly demand: Effect.Latch
       readonly work: Effect.Latch
@@ -325,7 +332,13 @@ export const make = (options: EffectQueueOptions) =>
     const poll = (queueName: string, maxAttempts: number, lane: Lane) =>
       Effect.gen(function* () {
         while (true) {
-          const want = Math.min(claimLimit, lane.waiting - lane.buffer.length)
+          // A lone taker gets one item at a time (a worker that sleeps between ticks holds no lease it does not use).
+          // Several takers keep a round of items buffered: a claim of up to twice their number starts once fewer
+          // than their number are left, so it overlaps their handlers and outcomes instead of stalling them.
+          const takers = lane.waiting + lane.active
+          const want = lane.buffer.length >= Math.max(lane.waiting, takers > 1 ? takers : 0)
+            ? 0
+            : Math.min(claimLimit, (takers > 1 ? 2 * takers : 1) - lane.buffer.length)
           if (want <= 0) {
             lane.demand.unsafeClose()
             yield* lane.demand.await
@@ -362,6 +375,7 @@ export const make = (options: EffectQueueOptions) =>
         const lane: Lane = {
           buffer: [],
           waiting: 0,
+          active: 0,
           itemsReady: yield* Effect.makeLatch(false),
           demand: yield* Effect.makeLatch(false),
           work: yield* Effect.makeLatch(false)
@@ -372,35 +386,50 @@ export const make = (options: EffectQueueOptions) =>
         return lane
       })
 
-    const take: PersistedQueue.PersistedQueueStore["Type"]["take"] = ({ maxAttempts, name }) =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function* () {
-          const lane = yield* laneFor(name, maxAttempts)
-          lane.waiting += 1
-          lane.demand.unsafeOpen()
-          // Only the wait is interruptible: an item is taken from the buffer synchronously, so an interrupted
-          // taker never drops one (it stays buffered, leased and refreshed, for the next taker).
-          const item = yield* Effect.gen(function* () {
-            while (true) {
-              const next = lane.buffer.shift()
-              if (next !== undefined) return next
-              lane.itemsReady.unsafeClose()
-              yield* restore(lane.itemsReady.await)
-            }
-          }).pipe(Effect.ensuring(Effect.sync(() => {
-            lane.waiting -= 1
-          })))
-          yield* Effect.addFinalizer((exit) =>
-            Effect.flatMap(settlementOf(item, maxAttempts, exit as Exit.Exit<unknown, unknown>), (s) => settle(item, s))
-          )
-          // PersistedQueue hands the handler the number of earlier attempts (0 on the first).
-          const element = yield* Effect.try({
-            try: () => JSON.parse(item.element) as unknown,
-            catch: persistedQueueError(`effect queue item ${item.id} holds no JSON`)
-          })
-          return { id: item.id, attempts: item.attempt - 1, element }
+    /** Waits for a claimed item. Only the wait is interruptible: an item leaves the buffer synchronously, so an
+     * interrupted taker never drops one (it stays buffered, leased and refreshed, for the next taker). */
+    const waitForItem = (lane: Lane, restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => {
+        lane.waiting += 1
+        lane.demand.unsafeOpen()
+        const loop: Effect.Effect<Claimed> = Effect.suspend(() => {
+          const next = lane.buffer.shift()
+          if (next !== undefined) return Effect.succeed(next)
+          lane.itemsReady.unsafeClose()
+          return Effect.zipRight(restore(lane.itemsReady.await), loop)
         })
-      )
+        return Effect.ensuring(loop, Effect.sync(() => {
+          lane.waiting -= 1
+        }))
+      })
+
+    const take: PersistedQueue.PersistedQueueStore["Type"]["take"] = ({ maxAttempts, name }) =>
+      Effect.uninterruptibleMask((restore) => {
+        const known = lanes.get(`${maxAttempts}:${name}`)
+        return Effect.flatMap(known === undefined ? laneFor(name, maxAttempts) : Effect.succeed(known), (lane) => {
+          const ready = lane.buffer.shift()
+          // Taking from the buffer may leave fewer than a round of items: the poller decides whether to claim.
+          if (ready !== undefined) lane.demand.unsafeOpen()
+          return Effect.flatMap(ready === undefined ? waitForItem(lane, restore) : Effect.succeed(ready), (item) => {
+            lane.active += 1
+            const finalizer = Effect.addFinalizer((exit) =>
+              Effect.flatMap(settlementOf(item, maxAttempts, exit as Exit.Exit<unknown, unknown>), (s) => settle(item, s)).pipe(
+                Effect.ensuring(Effect.sync(() => {
+                  lane.active -= 1
+                }))
+              )
+            )
+            return Effect.zipRight(
+              finalizer,
+              // PersistedQueue hands the handler the number of earlier attempts (0 on the first).
+              Effect.try({
+                try: () => ({ id: item.id, attempts: item.attempt - 1, element: JSON.parse(item.element) as unknown }),
+                catch: persistedQueueError(`effect queue item ${item.id} holds no JSON`)
+              })
+            )
+          })
+        })
+      })
 
     const offer: PersistedQueue.PersistedQueueStore["Type"]["offer"] = ({ element, id, name }) =>
       Effect.gen(function* () {
@@ -448,7 +477,7 @@ export const make = (options: EffectQueueOptions) =>
         yield* Effect.forEach(unclaimed, (item) => settle(item, { _tag: "released" }), { concurrency: "unbounded", discard: true })
         // Outcomes still queued (the lease-expired exhaustions) are flushed before the flusher stops.
         const drained = Effect.gen(function* () {
-          while ((yield* Queue.size(pending)) > 0 || recording > 0) yield* Effect.sleep(Duration.millis(5))
+          while (open.items.length > 0 || recording > 0) yield* Effect.sleep(Duration.millis(5))
         })
         yield* Effect.timeoutOption(drained, Duration.seconds(10))
         yield* Fiber.interrupt(refresher)
