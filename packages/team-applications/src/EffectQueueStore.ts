@@ -344,7 +344,18 @@ export const make = (options: EffectQueueOptions) =>
             yield* lane.demand.await
             continue
           }
+          // Uninterruptible from the statement to the buffer: a claim the database committed always reaches the
+          // buffer (and so a taker, or the release at close), even when the poller is being stopped.
           const claimed = yield* claim(queueName, want).pipe(
+            Effect.tap((items) =>
+              Effect.forEach(items, (item) => {
+                held.set(item.sequence, item)
+                if (item.attempt <= maxAttempts) return Effect.sync(() => lane.buffer.push(item))
+                // Its last attempt lost the lease (a process killed or stopped mid-attempt): no attempt is left.
+                return Effect.asVoid(Effect.forkDaemon(settle(item, { _tag: "failed", reason: "lease-expired", delayMs: 0, exhausted: true })))
+              }, { discard: true })
+            ),
+            Effect.uninterruptible,
             Effect.catchAllCause((cause) =>
               Effect.as(Effect.logWarning("effect queue: claim failed; trying again after the poll interval", cause), null)
             )
@@ -353,15 +364,6 @@ export const make = (options: EffectQueueOptions) =>
             lane.work.unsafeClose()
             yield* Effect.raceFirst(Effect.sleep(pollInterval), lane.work.await)
             continue
-          }
-          for (const item of claimed) {
-            held.set(item.sequence, item)
-            if (item.attempt > maxAttempts) {
-              // Its last attempt lost the lease (a process killed or stopped mid-attempt): no attempt is left.
-              yield* Effect.forkDaemon(settle(item, { _tag: "failed", reason: "lease-expired", delayMs: 0, exhausted: true }))
-            } else {
-              lane.buffer.push(item)
-            }
           }
           lane.itemsReady.unsafeOpen()
         }
