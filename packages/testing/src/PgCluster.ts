@@ -83,16 +83,22 @@ export const startCluster = (options: ClusterOptions = {}) =>
       return spawnSync(cmd, argv, { encoding: "utf8" })
     }
     // pg_ctl -w returns once the server accepts connections, and stops it with a fast shutdown.
-    yield* Effect.acquireRelease(
-      Effect.suspend(() => {
-        const started = pgCtl(["start", "-w", "-t", "60", "-D", data, "-l", join(root, "server.log"), "-o", options_])
-        return started.status === 0
-          ? Effect.void
-          : new PgClusterError({ message: `postgres did not start: ${started.stdout}${started.stderr}`.slice(0, 2000) })
-      }),
-      () => Effect.sync(() => pgCtl(["stop", "-w", "-m", "fast", "-D", data]))
-    )
-    return { url: `postgres://postgres@127.0.0.1:${port}/postgres`, port, external: false }
+    const start = Effect.suspend(() => {
+      const started = pgCtl(["start", "-w", "-t", "60", "-D", data, "-l", join(root, "server.log"), "-o", options_])
+      return started.status === 0
+        ? Effect.void
+        : new PgClusterError({ message: `postgres did not start: ${started.stdout}${started.stderr}`.slice(0, 2000) })
+    })
+    const stop = Effect.sync(() => void pgCtl(["stop", "-w", "-m", "fast", "-D", data]))
+    yield* Effect.acquireRelease(start, () => stop)
+    return {
+      url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+      port,
+      external: false,
+      /** Stops the server (an outage: connections are cut) and starts it again on the same port and data. */
+      stop,
+      start
+    }
   })
 
 /** `DATABASE_URL` when set (an existing server), otherwise a throwaway cluster. */
@@ -103,6 +109,6 @@ export const PgClusterLive = Layer.scoped(
     if (url !== undefined && url !== "") {
       return Effect.succeed({ url, port: Number(new URL(url).port || 5432), external: true })
     }
-    return startCluster()
+    return Effect.map(startCluster(), ({ external, port, url }) => ({ url, port, external }))
   })
 )

@@ -1,0 +1,16 @@
+import type { Effect } from "effect"
+import type { Evidence } from "./Evidence.ts"
+import type { World } from "./World.ts"
+
+/** One scenario of the proof: runs in a world of its own and records its checks in the evidence. */
+export interface Scenario {
+  readonly name: string
+  readonly run: (world: World, evidence: Evidence) => Effect.Effect<ScenarioFigures, unknown>
+}
+
+export interface ScenarioFigures {
+  /** From the successful restart to the last piece of work in its final state. */
+  readonly recoverySeconds?: number
+  /** Per family: provider requests beyond one per idempotency key. */
+  readonly duplicates?: Readonly<Record<string, number>>
+}

@@ -1,0 +1,5 @@
+import type { Scenario } from "./Scenario.ts"
+import { startStop } from "./StartStop.ts"
+
+/** Every scenario of `bun run proof`, in the order they run. */
+export const SCENARIOS: ReadonlyArray<Scenario> = [startStop]
