@@ -31,3 +31,16 @@ export const storageErrors = <F>(operation: string, toFailure: (fault: StorageFa
       Effect.zipRight(Effect.fail(toFailure(fault)))
     )
   })
+
+/**
+ * Whether a storage fault means the database could not be reached (the server is down, restarting or refusing
+ * connections) rather than that it refused a statement: SQLSTATE class 08 (connection exception), 57P01-57P03
+ * (administrator or crash shutdown, cannot connect now), 53300 (too many connections), a socket error code
+ * (ECONNREFUSED, ECONNRESET, ...) or no code at all (the connection ended without an answer). A worker waits
+ * such an outage out; any other database error (an undefined table, a constraint, a permission) is not one.
+ */
+export const isConnectionLoss = (sqlstate: string): boolean =>
+  sqlstate === "unknown" ||
+  sqlstate.startsWith("08") ||
+  ["57P01", "57P02", "57P03", "53300"].includes(sqlstate) ||
+  /^E[A-Z]+$/.test(sqlstate)

@@ -123,5 +123,7 @@ export class ReceiptsUnavailable extends Schema.TaggedError<ReceiptsUnavailable>
 
 /** Database failures inside the package; mapped to `ReceiptsUnavailable` at the HTTP edge, fatal in the worker. */
 export class ReceiptsStorageUnavailable extends Schema.TaggedError<ReceiptsStorageUnavailable>()("ReceiptsStorageUnavailable", {
-  operation: Schema.String
+  operation: Schema.String,
+  /** The database's SQLSTATE, or the socket error code, or `unknown` (never the driver's message). */
+  sqlstate: Schema.String
 }) {}

@@ -1,8 +1,9 @@
-import { Backoff, workerLayer } from "@delivery/core"
+import { Backoff, isConnectionLoss, workerLayer } from "@delivery/core"
 import { Mailer } from "@delivery/mail"
 import { Cause, Clock, Context, Data, Duration, Effect, Either, Exit, Option } from "effect"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
+import type { ReceiptsStorageUnavailable } from "./Domain.ts"
 import { FileStore } from "./FileStore.ts"
 import { freezeNotification, renderNotification, thawNotification } from "./Notification.ts"
 import type { ReceiptProvider, WorkerTiming } from "./ReceiptsConfig.ts"
@@ -171,13 +172,27 @@ export class ReceiptWork extends Effect.Service<ReceiptWork>()("@delivery/receip
 
 export const makeOwner = () => `${hostname().slice(0, 40)}:${process.pid}:${randomBytes(4).toString("hex")}`
 
-/** Spec 002: one attempt per tick, then the poll interval, also after a failed effect. A failed tick ends the loop. */
+/**
+ * Spec 002: one attempt per tick, then the poll interval, also after a failed effect. A failed tick ends the loop
+ * ("Database errors and invalid durable envelopes stop the root worker"), except a database that cannot be reached
+ * at all (an outage: `isConnectionLoss`): that tick is logged and the loop waits it out, so the process keeps
+ * serving (its requests answer 503) and resumes on its own; a claim cut off mid-attempt comes back by the
+ * stale-claim rule.
+ */
 export const receiptLoop = Effect.gen(function* () {
   const work = yield* ReceiptWork
   const { timing } = yield* ReceiptWorkSettings
   const owner = makeOwner()
   while (true) {
-    yield* work.tick(owner)
+    yield* work.tick(owner).pipe(
+      Effect.catchIf(
+        (error): error is ReceiptsStorageUnavailable => error._tag === "ReceiptsStorageUnavailable" && isConnectionLoss(error.sqlstate),
+        (error) =>
+          Effect.logWarning("receipt effects: database unreachable; waiting for it").pipe(
+            Effect.annotateLogs({ operation: error.operation, sqlstate: error.sqlstate })
+          )
+      )
+    )
     yield* Effect.sleep(timing.pollInterval)
   }
 })

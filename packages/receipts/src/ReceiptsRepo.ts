@@ -6,7 +6,7 @@ import { type EffectKind, ReceiptsStorageUnavailable } from "./Domain.ts"
 // SQL of receipts (migrations/0016_receipts.sql); private to the package. Every effect transition after the claim is
 // fenced: `id`, the claimed `attempt` and `state = 'running'`.
 
-const storage = (operation: string) => storageErrors(operation, () => new ReceiptsStorageUnavailable({ operation }))
+const storage = (operation: string) => storageErrors(operation, (fault) => new ReceiptsStorageUnavailable({ operation, sqlstate: fault.sqlstate }))
 
 export const FileRow = Schema.Struct({
   id: Schema.String,

@@ -86,7 +86,13 @@ export const deliveryLoop = Effect.gen(function* () {
   while (true) {
     const exit = yield* Effect.exit(queue.take(deliver, { maxAttempts: timing.maxAttempts }))
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
-      yield* Effect.logWarning("team application: notification attempt failed; the queue retries it", exit.cause)
+      // A provider's refusal is routine: its code, not a stack. Anything else is logged whole.
+      const failure = Cause.failureOption(exit.cause)
+      yield* Option.isSome(failure) && failure.value instanceof DeliveryFailed
+        ? Effect.logWarning("team application: notification attempt failed; the queue retries it").pipe(
+          Effect.annotateLogs({ reason: failure.value.reason })
+        )
+        : Effect.logWarning("team application: notification attempt failed; the queue retries it", exit.cause)
     }
     yield* Effect.sleep(timing.pollInterval)
   }
