@@ -21,7 +21,7 @@ export interface ScenarioResult {
   readonly seconds: number
   /** From the successful restart to the last piece of work in its final state. */
   readonly recoverySeconds?: number
-  /** Per family: provider requests beyond one per idempotency key (the retries a provider deduplicates). */
+  /** Per family: requests under one idempotency key that may have reached the provider (2xx, held open or abandoned; a 5xx answer is no delivery) beyond the first. */
   readonly duplicates?: Readonly<Record<string, number>>
   readonly error?: string
 }

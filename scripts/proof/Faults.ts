@@ -1,12 +1,7 @@
-import { Effect } from "effect"
-import type { Scenario } from "./Scenario.ts"
+import { databaseOutage } from "./faults/DatabaseOutage.ts"
+import { leaseTakeover } from "./faults/LeaseTakeover.ts"
+import { rootFailure } from "./faults/RootFailure.ts"
 
-// Spec 002's fault scenarios: being built (scripts/proof/Faults.ts).
-const notBuilt = (name: string): Scenario => ({
-  name,
-  run: (_world, evidence) => Effect.sync(() => (evidence.check(name, "the scenario is built", false, "not built yet"), {}))
-})
-
-export const leaseTakeover = notBuilt("lease-takeover")
-export const rootFailure = notBuilt("root-failure")
-export const databaseOutage = notBuilt("database-outage")
+// Spec 002's fault scenarios ("Local proof": "Separate fault scenarios suspend a real owner or rename a private
+// table to test stale ownership and root failure"), and PostgreSQL stopped under load. One module each, in faults/.
+export { databaseOutage, leaseTakeover, rootFailure }

@@ -11,6 +11,6 @@ export interface Scenario {
 export interface ScenarioFigures {
   /** From the successful restart to the last piece of work in its final state. */
   readonly recoverySeconds?: number
-  /** Per family: provider requests beyond one per idempotency key. */
+  /** Per family: requests under one idempotency key that may have reached the provider (2xx, held open or abandoned) beyond the first. */
   readonly duplicates?: Readonly<Record<string, number>>
 }
