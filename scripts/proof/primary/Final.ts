@@ -21,8 +21,16 @@ export interface States {
   readonly resets: ReadonlyArray<ResetRow>
   /** Receipt id to its effects' states, in order. */
   readonly receipts: ReadonlyMap<string, ReadonlyArray<string>>
+  /** Receipt id to whether its effects completed in `seq` order. */
+  readonly receiptsInOrder: ReadonlyMap<string, boolean>
   /** Application id to its notifications' states. */
   readonly applications: ReadonlyMap<string, ReadonlyArray<string>>
+}
+
+interface EffectView {
+  readonly seq: number
+  readonly state: string
+  readonly completedAt: string | null
 }
 
 const RESET_ENDED = new Set(["delivered", "rejected", "quarantined", "stopped"])
@@ -34,9 +42,16 @@ export const readStates = (baseUrl: string, operatorToken: string, accepted: Acc
     const messages = yield* Effect.forEach(accepted.messages, (m) =>
       Effect.map(call(baseUrl, "GET", `/operator/outbox/messages/${TENANT}/${PROJECT}/${m.id}`, op), (a) =>
         [m.id, a.status === 200 ? String(a.json.state) : "unreadable"] as const), { concurrency: 5 })
-    const receipts = yield* Effect.forEach(accepted.receipts, (r) =>
+    const receiptViews = yield* Effect.forEach(accepted.receipts, (r) =>
       Effect.map(call(baseUrl, "GET", `/operator/receipts/${TENANT}/${r.id}`, op), (a) =>
-        [r.id, a.status === 200 ? (a.json.effects as ReadonlyArray<{ state: string }>).map((e) => e.state) : ["unreadable"]] as const), { concurrency: 5 })
+        [r.id, a.status === 200 ? (a.json.effects as ReadonlyArray<EffectView>) : null] as const), { concurrency: 5 })
+    const receipts = receiptViews.map(([id, effects]) => [id, effects === null ? ["unreadable"] : effects.map((e) => e.state)] as const)
+    // Spec 002: a receipt's earlier effects complete before its later ones become eligible, so completion times
+    // follow `seq` (read from the operator route, which shows each effect's completion).
+    const receiptsInOrder = receiptViews.map(([id, effects]) => {
+      const times = [...(effects ?? [])].sort((a, b) => a.seq - b.seq).map((e) => (e.completedAt === null ? Number.NaN : Date.parse(e.completedAt)))
+      return [id, effects !== null && times.every((t, i) => !Number.isNaN(t) && (i === 0 || times[i - 1]! <= t))] as const
+    })
     const applications = yield* Effect.forEach(accepted.applications, (app) =>
       Effect.map(call(baseUrl, "GET", `/operator/team-applications/${TENANT}/${app.id}`, op), (a) =>
         [app.id, a.status === 200 ? (a.json.notifications as ReadonlyArray<{ state: string }>).map((n) => n.state) : ["unreadable"]] as const), { concurrency: 5 })
@@ -45,6 +60,7 @@ export const readStates = (baseUrl: string, operatorToken: string, accepted: Acc
       messages: new Map(messages),
       resets,
       receipts: new Map(receipts),
+      receiptsInOrder: new Map(receiptsInOrder),
       applications: new Map(applications)
     } satisfies States
   })

@@ -39,6 +39,11 @@ export const workVerdicts = (check: Check, states: States, accepted: Accepted, a
     tally([...states.receipts.values()].flat())
   )
   check(
+    "a receipt's earlier effects complete before its later ones (spec 002): completion times follow the effects' order",
+    states.receiptsInOrder.size === states.receipts.size && [...states.receiptsInOrder.values()].every(Boolean),
+    `${[...states.receiptsInOrder.values()].filter(Boolean).length}/${states.receipts.size} receipts in order`
+  )
+  check(
     "every team-application notification is delivered (spec 002)",
     [...states.applications.values()].every((ns) => ns.length === 2 && ns.every((s) => s === "delivered")),
     tally([...states.applications.values()].flat())
