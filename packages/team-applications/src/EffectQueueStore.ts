@@ -186,10 +186,13 @@ export const make = (options: EffectQueueOptions) =>
       )
     })
 
-    const hookOf = (pending: Pending) => {
-      const hook = hooks[pending.item.queueName]
-      const s = pending.settlement
-      return s._tag === "completed" ? hook?.completed : s._tag === "failed" ? hook?.failed : undefined
+    /** The family's hook for this outcome, ready to run; undefined when its queue has none for it. */
+    const hookOf = ({ item, settlement: s }: Pending) => {
+      const hook = hooks[item.queueName]
+      const ref: AttemptRef = { id: item.id, attempt: item.attempt }
+      if (s._tag === "completed" && hook?.completed !== undefined) return hook.completed(ref, s.value)
+      if (s._tag === "failed" && hook?.failed !== undefined) return hook.failed(ref, { reason: s.reason, exhausted: s.exhausted })
+      return undefined
     }
 
     /**
@@ -214,18 +217,11 @@ export const make = (options: EffectQueueOptions) =>
         WHERE m.sequence = d.seq AND m.attempts = d.attempt AND m.acquired_by = ${workerId}
           AND NOT m.completed AND NOT m.exhausted
         RETURNING m.sequence`.withoutTransform
-      const moved = Effect.map(update, (rows) => new Set(rows.map((row) => Number((row as { readonly sequence: unknown }).sequence))))
+      const moved = Effect.map(update, movedSequences)
       if (!batch.some((p) => hookOf(p) !== undefined)) return moved
       return sql.withTransaction(Effect.tap(moved, (movedSet) =>
-        Effect.forEach(batch, (p) => {
-          if (!movedSet.has(p.item.sequence)) return Effect.void
-          const ref: AttemptRef = { id: p.item.id, attempt: p.item.attempt }
-          const s = p.settlement
-          const hook = hooks[p.item.queueName]
-          if (s._tag === "completed" && hook?.completed !== undefined) return hook.completed(ref, s.value)
-          if (s._tag === "failed" && hook?.failed !== undefined) return hook.failed(ref, { reason: s.reason, exhausted: s.exhausted })
-          return Effect.void
-        }, { discard: true }))).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+        Effect.forEach(batch, (p) => (movedSet.has(p.item.sequence) ? hookOf(p) ?? Effect.void : Effect.void), { discard: true })
+      )).pipe(Effect.provideService(SqlClient.SqlClient, sql))
     }
 
     const warnLost = (lost: ReadonlyArray<Pending>) =>
