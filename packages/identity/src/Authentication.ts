@@ -15,6 +15,16 @@ export class CurrentIdentity extends Context.Tag("@delivery/identity/CurrentIden
   VerifiedIdentity
 >() {}
 
+/**
+ * A note that the code around a whole request may provide (one fresh note per request): the Authentication
+ * middleware writes the identity it verified into it. Idle wake's local API activity reads it once the answer is
+ * known (spec 001: a successful key authentication followed by a successful response), without a second lookup.
+ */
+export class AuthenticatedRequest extends Context.Tag("@delivery/identity/AuthenticatedRequest")<
+  AuthenticatedRequest,
+  { identity: VerifiedIdentity | undefined }
+>() {}
+
 // The domain errors know nothing about HTTP; their statuses are declared here, where
 // they become the middleware's (and so every protected endpoint's) error responses.
 export const AuthenticationFailure = Schema.Union(

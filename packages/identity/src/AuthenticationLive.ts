@@ -1,7 +1,7 @@
 import type { RateLimiter } from "@effect/experimental"
 import { HttpServerRequest } from "@effect/platform"
-import { Effect, Layer, type Redacted } from "effect"
-import { Authentication } from "./Authentication.ts"
+import { Effect, Layer, Option, type Redacted } from "effect"
+import { AuthenticatedRequest, Authentication } from "./Authentication.ts"
 import { invalidTokenHeader, requireBearerHeader } from "./BearerHeader.ts"
 import { Identity } from "./Identity.ts"
 import { PeerLimit, peerLimitLayer, PeerLimitLive } from "./PeerLimit.ts"
@@ -15,9 +15,12 @@ const make = Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     yield* peers.admit(request)
     yield* requireBearerHeader(request)
-    return yield* identity.authenticate(token).pipe(
+    const verified = yield* identity.authenticate(token).pipe(
       Effect.tapErrorTag("Unauthenticated", () => invalidTokenHeader)
     )
+    const note = yield* Effect.serviceOption(AuthenticatedRequest)
+    if (Option.isSome(note)) note.value.identity = verified
+    return verified
   })
 
   return Authentication.of({ bearer })

@@ -11,6 +11,7 @@ import {
 } from "./Domain.ts"
 import { IdentityRepo } from "./IdentityRepo.ts"
 import type { ApiKeyRow, DeviceCredentialRow, SessionRow } from "./IdentityRows.ts"
+import { materialOfRow } from "./KeyMaterial.ts"
 import { hashPassword, passwordMaxLength } from "./Password.ts"
 import { makeProvisioning } from "./Provisioning.ts"
 import * as Token from "./Token.ts"
@@ -130,7 +131,23 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
       return yield* Effect.orDie(decodeVerifiedIdentity(identity))
     })
 
-    return { ...provisioning, verifyPassword, signIn, authenticate } as const
+    /**
+     * Idle wake's key projection (spec 001): up to `limit` active board and agent keys (not revoked, not expired at
+     * the Clock's now, account enabled), ordered by lookup id. Run it inside the caller's read-only snapshot.
+     */
+    const activeApiKeyMaterial = Effect.fn("Identity.activeApiKeyMaterial")(function* (limit: number) {
+      const at = new Date(yield* Clock.currentTimeMillis)
+      const rows = yield* repo.activeApiKeyMaterial(at, limit)
+      return rows.map(materialOfRow)
+    })
+
+    /** Whether any device credential could still authenticate (a producer could send control-plane envelopes). */
+    const hasActiveDeviceCredential = Effect.fn("Identity.hasActiveDeviceCredential")(function* () {
+      const at = new Date(yield* Clock.currentTimeMillis)
+      return yield* repo.hasActiveDeviceCredential(at)
+    })
+
+    return { ...provisioning, verifyPassword, signIn, authenticate, activeApiKeyMaterial, hasActiveDeviceCredential } as const
   }),
   dependencies: [IdentityRepo.Default]
 }) {}

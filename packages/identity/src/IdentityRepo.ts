@@ -4,6 +4,7 @@ import { IdentityStorageUnavailable } from "./Domain.ts"
 import {
   AccountRow,
   AccountViewRow,
+  ApiKeyMaterialRow,
   ApiKeyRow,
   ApiKeyViewRow,
   type AuditEntry,
@@ -252,6 +253,31 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
         WHERE s.lookup_id = ${lookupId}`.withoutTransform
     })
 
+    // Idle wake's key projection (spec 001): the kind and lookup id are read as plain text, so a row that is not a
+    // board or agent key of the documented shape reaches the projection, which refuses it (fail closed).
+    const activeApiKeyMaterial = SqlSchema.findAll({
+      Request: Schema.Struct({ at: Schema.DateFromSelf, limit: Schema.Number }),
+      Result: ApiKeyMaterialRow,
+      execute: (r) => sql`
+        SELECT k.kind, k.lookup_id, k.secret_hash, k.expires_at
+        FROM identity_api_keys k
+        JOIN identity_accounts a ON a.tenant_id = k.tenant_id AND a.id = k.account_id
+        WHERE k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > ${r.at}) AND a.enabled
+        ORDER BY k.lookup_id
+        LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const activeDeviceCredential = SqlSchema.findOne({
+      Request: Schema.DateFromSelf,
+      Result: Returned,
+      execute: (at) => sql`
+        SELECT 1 AS found
+        FROM identity_device_credentials d
+        JOIN identity_accounts a ON a.tenant_id = d.tenant_id AND a.id = d.account_id
+        WHERE d.revoked_at IS NULL AND (d.expires_at IS NULL OR d.expires_at > ${at}) AND a.enabled
+        LIMIT 1`.withoutTransform
+    })
+
     const found = Option.isSome
     // INSERT ... RETURNING and UPDATE ... RETURNING on a row locked in the same transaction cannot come back
     // empty: a defect, not an outcome.
@@ -288,6 +314,9 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
       findDeviceCredential: (lookupId: string) => findDeviceCredential(lookupId).pipe(storage("findDeviceCredential")),
       insertSession: (r: Parameters<typeof insertSession>[0]) => Effect.asVoid(insertSession(r)).pipe(storage("insertSession")),
       findSession: (lookupId: string) => findSession(lookupId).pipe(storage("findSession")),
+      activeApiKeyMaterial: (at: Date, limit: number) => activeApiKeyMaterial({ at, limit }).pipe(storage("activeApiKeyMaterial")),
+      hasActiveDeviceCredential: (at: Date) =>
+        activeDeviceCredential(at).pipe(Effect.map(found), storage("hasActiveDeviceCredential")),
       /** Inside the change's transaction, so the change and its audit row commit together. */
       audit: (entry: AuditEntry) => Effect.asVoid(insertAudit(entry)).pipe(storage("audit")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */

@@ -20,6 +20,15 @@ export const ApiKeyRow = Schema.Struct({
 })
 export type ApiKeyRow = typeof ApiKeyRow.Type
 
+/** An active API key as idle wake's projection reads it: kind and lookup id unchecked here (the projection checks them). */
+export const ApiKeyMaterialRow = Schema.Struct({
+  kind: Schema.String,
+  lookup_id: Schema.String,
+  secret_hash: Schema.Uint8ArrayFromSelf,
+  expires_at: Schema.NullOr(Schema.DateFromSelf)
+})
+export type ApiKeyMaterialRow = typeof ApiKeyMaterialRow.Type
+
 export const DeviceCredentialRow = Schema.Struct({ ...CredentialColumns, device_id: Schema.String })
 export type DeviceCredentialRow = typeof DeviceCredentialRow.Type
 

@@ -7,7 +7,8 @@ export {
   passwordMinLength,
   type VerifiedAccount
 } from "./Identity.ts"
-export { Authentication, AuthenticationFailure, CurrentIdentity, requirePermission } from "./Authentication.ts"
+export { AuthenticatedRequest, Authentication, AuthenticationFailure, CurrentIdentity, requirePermission } from "./Authentication.ts"
+export { type ApiKeyMaterial, presentedKeyMaterial, type PresentedKeyMaterial } from "./KeyMaterial.ts"
 export { authenticationLayer, AuthenticationLive } from "./AuthenticationLive.ts"
 export { peerOf } from "./Peer.ts"
 export {

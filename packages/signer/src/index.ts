@@ -34,7 +34,7 @@ export {
   verifyEnvelopeSignature,
   verifySignatureBytes
 } from "./EnvelopeSignature.ts"
-export { decodeSignature, Ed25519PublicKey, encodeBase64Url, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey } from "./Ed25519.ts"
+export { decodeBase64Url, decodeSignature, Ed25519PublicKey, encodeBase64Url, privateKeyFromSeed, publicKeyFromRaw, rawPublicKey } from "./Ed25519.ts"
 export type { PrivateKeyEntry } from "./KeyList.ts"
 export { parseKeyList } from "./KeyList.ts"
 export * as KeySource from "./KeySource.ts"
