@@ -199,6 +199,11 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
       }
     )
 
-    return { enqueue, registerTarget, target, message, deadLetters, redrive } as const
+    /** Spec 001's pending work: a message neither delivered nor dead-lettered (pending, also while its retry waits, or delivering). */
+    const hasPendingWork: Effect.Effect<boolean, OutboxStorageUnavailable> = repo.hasPending.pipe(
+      Effect.withSpan("Outbox.hasPendingWork")
+    )
+
+    return { enqueue, registerTarget, target, message, deadLetters, redrive, hasPendingWork } as const
   })
 }) {}

@@ -1,5 +1,5 @@
 import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { DeadReason, DeliveryErrorCode, MessageState } from "./Domain.ts"
 import { orDieIfMissing, storage } from "./Storage.ts"
 
@@ -150,6 +150,16 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
         WHERE tenant = ${r.tenant} AND project = ${r.project}`.withoutTransform
     })
 
+    // Spec 001: a stack does not sleep while its outbox still owes a delivery. Exactly the rows of the claim index
+    // (outbox_messages_due): pending ones, due or waiting for a retry, and delivering ones, whose lease a worker
+    // holds or will take over when it expires. Delivered rows and dead letters are the worker's end states.
+    const findPending = SqlSchema.findOne({
+      Request: Schema.Void,
+      Result: Schema.Struct({ found: Schema.Number }),
+      execute: () => sql`
+        SELECT 1 AS found FROM outbox_messages WHERE state IN ('pending', 'delivering') LIMIT 1`.withoutTransform
+    })
+
     return {
       insert: (r: Parameters<typeof insert>[0]) => storage("insert")(insert(r)),
       findByKey: (r: Parameters<typeof findByKey>[0]) => storage("findByKey")(findByKey(r)),
@@ -159,6 +169,7 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
       audit: (r: Parameters<typeof audit>[0]) => storage("audit")(audit(r)),
       upsertTarget: (r: Parameters<typeof upsertTarget>[0]) => storage("upsertTarget")(orDieIfMissing(upsertTarget(r))),
       findTarget: (r: Parameters<typeof findTarget>[0]) => storage("findTarget")(findTarget(r)),
+      hasPending: storage("hasPending")(Effect.map(findPending(undefined), Option.isSome)),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
         storage(operation)(sql.withTransaction(effect))

@@ -6,7 +6,8 @@ import {
   CommandConflict,
   type EffectKind,
   RecordReceipt,
-  type ReceiptRecorded
+  type ReceiptRecorded,
+  type ReceiptsStorageUnavailable
 } from "./Domain.ts"
 import { FileStore } from "./FileStore.ts"
 import { type NewEffect, ReceiptsRepo } from "./ReceiptsRepo.ts"
@@ -161,7 +162,12 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
       })
     })
 
-    return { record, stage, state } as const
+    /** Spec 001's pending work: a receipt effect not yet done (pending, also while it waits for its turn or a retry, or running). */
+    const hasPendingWork: Effect.Effect<boolean, ReceiptsStorageUnavailable> = repo.hasPending.pipe(
+      Effect.withSpan("Receipts.hasPendingWork")
+    )
+
+    return { record, stage, state, hasPendingWork } as const
   }),
   dependencies: [ReceiptsRepo.Default]
 }) {}

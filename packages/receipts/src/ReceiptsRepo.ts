@@ -1,6 +1,6 @@
 import { claimDue, fenced, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 import { type EffectKind, ReceiptsStorageUnavailable } from "./Domain.ts"
 
 // SQL of receipts (migrations/0016_receipts.sql); private to the package. Every effect transition after the claim is
@@ -253,6 +253,16 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
         FROM receipt_effects WHERE receipt_id = ${receiptId} ORDER BY seq`.withoutTransform
     })
 
+    // Spec 001: a stack does not sleep while a receipt's effects are unfinished. Pending effects (eligible, waiting
+    // for an earlier effect or for a retry) and running ones (a claim, or a stale one going back to the retry path)
+    // both have their own partial index (the OR lets PostgreSQL combine the two); only done has ended.
+    const findPending = SqlSchema.findOne({
+      Request: Schema.Void,
+      Result: Schema.Struct({ found: Schema.Number }),
+      execute: () => sql`
+        SELECT 1 AS found FROM receipt_effects WHERE state = 'pending' OR state = 'running' LIMIT 1`.withoutTransform
+    })
+
     return {
       insertFile: (r: Parameters<typeof insertFile>[0]) => Effect.asVoid(insertFile(r)).pipe(storage("insertFile")),
       lockCommand: (tenant: string, commandId: string) => Effect.asVoid(lockCommand(tenant, commandId)).pipe(storage("lockCommand")),
@@ -274,6 +284,7 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
       filesOf: (receiptId: string) => filesOf(receiptId).pipe(storage("filesOf")),
       receiptHead: (tenant: string, id: string) => receiptHead({ tenant, id }).pipe(storage("receiptHead")),
       effectsOf: (receiptId: string) => effectsOf(receiptId).pipe(storage("effectsOf")),
+      hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => sql.withTransaction(effect).pipe(storage(operation))
     } as const
   })

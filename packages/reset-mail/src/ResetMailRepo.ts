@@ -1,6 +1,6 @@
 import { claimDue, fenced, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
+import { Effect, Option, Schema } from "effect"
 
 // SQL of the reset-mail outbox (migrations/0014_reset_mail_outbox.sql, 0015_reset_mail_fingerprint.sql); private
 // to the package. Every transition after the claim is fenced: `id`, the claimed `attempt` and `state = 'sending'`.
@@ -145,6 +145,16 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
         ORDER BY id LIMIT ${r.limit}`.withoutTransform
     })
 
+    // Spec 001: a stack does not sleep while reset mail is owed. Pending rows (due or waiting for a retry) are still
+    // to be sent; a sending row is a claim the stale-claim rule has yet to settle. Both have their own partial index
+    // (the OR lets PostgreSQL combine the two); delivered, rejected, quarantined and stopped rows have ended.
+    const findPending = SqlSchema.findOne({
+      Request: Schema.Void,
+      Result: Schema.Struct({ found: Schema.Number }),
+      execute: () => sql`
+        SELECT 1 AS found FROM reset_mail_outbox WHERE state = 'pending' OR state = 'sending' LIMIT 1`.withoutTransform
+    })
+
     return {
       insert: (r: Parameters<typeof insert>[0]) => Effect.asVoid(insert(r)).pipe(storage("insert")),
       quarantineStale: (r: Parameters<typeof quarantineStale>[0]) =>
@@ -157,6 +167,7 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
       retry: (claim: ClaimedRow, r: Parameters<typeof retry>[1]) => Effect.asVoid(retry(claim, r)).pipe(storage("retry")),
       summary: summary(undefined).pipe(storage("summary")),
       list: (r: Parameters<typeof list>[0]) => list(r).pipe(storage("list")),
+      hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
         sql.withTransaction(effect).pipe(storage(operation))

@@ -2,7 +2,7 @@ import type { Email, TenantId } from "@delivery/identity"
 import { PasswordResets } from "@delivery/identity"
 import { Clock, Effect, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { ResetMailRepo } from "./ResetMailRepo.ts"
+import { ResetMailRepo, type ResetMailStorageUnavailable } from "./ResetMailRepo.ts"
 
 /**
  * A reset request (spec 002): for an enabled account, its verification and an outbox row commit in one
@@ -28,6 +28,11 @@ export class ResetRequests extends Effect.Service<ResetRequests>()("@delivery/re
       )
     })
 
-    return { request, complete: resets.complete } as const
+    /** Spec 001's pending work: a reset mail row not yet ended (pending, also while its retry waits, or sending). */
+    const hasPendingWork: Effect.Effect<boolean, ResetMailStorageUnavailable> = repo.hasPending.pipe(
+      Effect.withSpan("ResetRequests.hasPendingWork")
+    )
+
+    return { request, complete: resets.complete, hasPendingWork } as const
   })
 }) {}

@@ -127,7 +127,12 @@ export class TeamApplications extends Effect.Service<TeamApplications>()("@deliv
       })
     })
 
-    return { submit, state, summary: repo.summary } as const
+    /** Spec 001's pending work: a notification whose queue item is neither completed nor exhausted (due, also while its retry waits, or leased). */
+    const hasPendingWork: Effect.Effect<boolean, TeamApplicationsStorageUnavailable> = repo.hasPending.pipe(
+      Effect.withSpan("TeamApplications.hasPendingWork")
+    )
+
+    return { submit, state, summary: repo.summary, hasPendingWork } as const
   }),
   dependencies: [TeamApplicationsRepo.Default]
 }) {}

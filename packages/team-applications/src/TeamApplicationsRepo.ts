@@ -1,10 +1,11 @@
 import { storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
-import { Effect, Schema } from "effect"
-import { Audience, DeliveryState, TeamApplicationsStorageUnavailable } from "./Domain.ts"
+import { Effect, Option, Schema } from "effect"
+import { Audience, DeliveryState, QUEUE_NAME, TeamApplicationsStorageUnavailable } from "./Domain.ts"
 
 // SQL of team applications (migrations 0017-0019); private to the package. The queue's own rows belong to the
-// effect queue store (EffectQueueStore.ts); this file reads them only through team_application_delivery_state.
+// effect queue store (EffectQueueStore.ts); this file never writes them and reads them through
+// team_application_delivery_state, or by queue name for the operator summary and the pending-work check.
 
 const storage = (operation: string) => storageErrors(operation, () => new TeamApplicationsStorageUnavailable({ operation }))
 
@@ -149,6 +150,17 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
         WHERE queue_name = 'team-application-notifications' AND (completed OR exhausted)`.withoutTransform
     })
 
+    // Spec 001: a stack does not sleep while a notification is owed. The queue decides what a worker still takes: an
+    // item of this queue neither completed nor exhausted (due, waiting for its retry delay, or leased, live or
+    // expired), exactly the rows of the store's claim index (effect_queue_take). An outcome ends the item.
+    const findPending = SqlSchema.findOne({
+      Request: Schema.Void,
+      Result: Schema.Struct({ found: Schema.Number }),
+      execute: () => sql`
+        SELECT 1 AS found FROM effect_queue
+        WHERE queue_name = ${QUEUE_NAME} AND NOT completed AND NOT exhausted LIMIT 1`.withoutTransform
+    })
+
     return {
       lockCommand: (tenant: string, commandId: string) => Effect.asVoid(lockCommand(tenant, commandId)).pipe(storage("lockCommand")),
       findCommand: (tenant: string, commandId: string) => findCommand({ tenant, commandId }).pipe(storage("findCommand")),
@@ -160,6 +172,7 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
       head: (tenant: string, id: string) => head({ tenant, id }).pipe(storage("head")),
       states: (applicationId: string) => states(applicationId).pipe(storage("states")),
       summary: Effect.map(summary, ({ ended, states }) => ({ states, endedQueueItems: ended[0]?.count ?? 0 })).pipe(storage("summary")),
+      hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => sql.withTransaction(effect).pipe(storage(operation))
     } as const
   })
