@@ -6,6 +6,7 @@ import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
 import { PasswordResetApi, ResetMailOperatorApi } from "@delivery/reset-mail"
 import { ReceiptsApi, ReceiptsOperatorApi } from "@delivery/receipts"
 import { SignerApi } from "@delivery/signer"
+import { IdleWakeApi, IdleWakeConnectorsApi, IdleWakeOperatorApi, TenantDraining } from "@delivery/idle-wake"
 import { TeamApplicationsApi, TeamApplicationsOperatorApi } from "@delivery/team-applications"
 import { HealthApi } from "./HealthApi.ts"
 import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
@@ -31,6 +32,9 @@ export class Api extends HttpApi.make("delivery")
   .add(ReceiptsOperatorApi)
   .add(TeamApplicationsApi)
   .add(TeamApplicationsOperatorApi)
+  .add(IdleWakeApi)
+  .add(IdleWakeOperatorApi)
+  .add(IdleWakeConnectorsApi)
   // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
   .addError(RequestInvalid, { status: 400 })
   .addError(PathInvalid, { status: 400 })
@@ -40,6 +44,8 @@ export class Api extends HttpApi.make("delivery")
   .addError(JsonBodyRefused, { status: 422 })
   .addError(InternalError, { status: 500 })
   .addError(ShuttingDown, { status: 503 })
+  // Idle wake's gate answers it before routing while the idle hold lasts (docs/idle-wake.md).
+  .addError(TenantDraining, { status: 503 })
   .annotate(OpenApi.Title, "Delivery backend")
   .annotate(OpenApi.Transform, withoutDecodeError)
 {}

@@ -14,6 +14,7 @@ import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
 import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@delivery/receipts"
 import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
+import { IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -52,7 +53,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...OUTBOX_CONFIG,
   ...RESET_MAIL_CONFIG,
   ...RECEIPTS_CONFIG,
-  ...TEAM_APPLICATIONS_CONFIG
+  ...TEAM_APPLICATIONS_CONFIG,
+  ...IDLE_WAKE_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -158,6 +160,8 @@ export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
   readonly receipts: ReceiptsSettings
   /** TEAM_APPLICATION_DELIVERY (optional, `disabled` when unset), the sender and, when enabled, the provider. */
   readonly teamApplications: TeamApplicationsSettings
+  /** Spec 001's tenant side: this stack's id, the cloud signer's keys, the report key and the configured ingress. */
+  readonly idleWake: IdleWakeSettings
 }
 
 // The receipts' file limit defaults to it; a bad value is reported by the base configuration.
@@ -175,19 +179,27 @@ export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> =
     baseConfig,
     Effect.flatMap(embedded, loadResetDelivery),
     Effect.flatMap(Effect.all([embedded, bodyLimit]), ([isEmbedded, limit]) => loadReceiptsSettings(isEmbedded, limit)),
-    loadTeamApplicationsSettings
+    loadTeamApplicationsSettings,
+    loadIdleWakeSettings
   ],
   { mode: "either" }
 ).pipe(
-  Effect.flatMap(([base, reset, receipts, teamApplications]) => {
-    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts) && Either.isRight(teamApplications)) {
-      return Effect.succeed({ ...base.right, passwordReset: reset.right, receipts: receipts.right, teamApplications: teamApplications.right })
+  Effect.flatMap(([base, reset, receipts, teamApplications, idleWake]) => {
+    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts) && Either.isRight(teamApplications) && Either.isRight(idleWake)) {
+      return Effect.succeed({
+        ...base.right,
+        passwordReset: reset.right,
+        receipts: receipts.right,
+        teamApplications: teamApplications.right,
+        idleWake: idleWake.right
+      })
     }
     const errors: Array<ConfigError.ConfigError> = []
     if (Either.isLeft(base)) errors.push(base.left)
     if (Either.isLeft(reset)) errors.push(reset.left)
     if (Either.isLeft(receipts)) errors.push(receipts.left)
     if (Either.isLeft(teamApplications)) errors.push(teamApplications.left)
+    if (Either.isLeft(idleWake)) errors.push(idleWake.left)
     return Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
   })
 )
@@ -268,5 +280,7 @@ export const describeConfig = (config: AppConfigShape) => ({
   receiptStorage: Option.isSome(config.receipts.roots) ? "configured" : "none",
   teamApplicationDelivery: config.teamApplications.mode,
   teamApplicationSender: Option.isSome(config.teamApplications.sender) ? "configured" : "none",
-  passwordResetTokenKey: config.resetTokenKey
+  passwordResetTokenKey: config.resetTokenKey,
+  idleWakeStack: Option.getOrElse(Option.map(config.idleWake.tenant, (tenant) => tenant.stack as string), () => "none"),
+  idleWakeIngress: config.idleWake.ingress.length === 0 ? "none" : config.idleWake.ingress.join(",")
 })

@@ -6,6 +6,7 @@ import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/rese
 import { ReceiptsHttpLive, ReceiptsOperatorHttpLive } from "@delivery/receipts"
 import { TeamApplicationsHttpLive, TeamApplicationsOperatorHttpLive } from "@delivery/team-applications"
 import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
+import { IdleWakeConnectorsHttpLive, IdleWakeHttpLive, IdleWakeOperatorHttpLive } from "@delivery/idle-wake"
 import { Layer } from "effect"
 import { Api } from "./Api.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
@@ -31,6 +32,9 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(SignerHttpLive),
   Layer.provide(OutboxOperatorHttpLive),
   Layer.provide(OutboxHttpLive),
+  Layer.provide(IdleWakeHttpLive),
+  Layer.provide(IdleWakeOperatorHttpLive),
+  Layer.provide(IdleWakeConnectorsHttpLive),
   // Both bearer middlewares share one PeerLimitLive, so tenant and operator attempts count against one budget per peer.
   Layer.provide(AuthenticationLive),
   Layer.provide(OperatorAuthenticationLive)

@@ -1,18 +1,20 @@
 import { FileSystem, HttpApiBuilder, Path } from "@effect/platform"
 import { EnvelopeInboxLive, inboxRetentionWorker } from "@delivery/envelope-inbox"
 import { Identity, PasswordResets } from "@delivery/identity"
-import { resetMailWorkerLive } from "@delivery/reset-mail"
-import { receiptsLayer, receiptWorkerLayer, ReceiptWork, ReceiptWorkSettings } from "@delivery/receipts"
+import { ResetMailRepo, ResetRequests, resetMailWorkerLive } from "@delivery/reset-mail"
+import { Receipts, receiptsLayer, receiptWorkerLayer, ReceiptWork, ReceiptWorkSettings } from "@delivery/receipts"
 import { Outbox, OutboxSettings, outboxWorkerLive } from "@delivery/outbox"
 import {
   DeliverySettings,
   EffectQueueStore,
   NotificationQueue,
+  TeamApplications,
   teamApplicationsLayer,
   TeamApplicationsRepo,
   teamApplicationWorkers
 } from "@delivery/team-applications"
 import { KeySource, Signer, signerPurgeWorker } from "@delivery/signer"
+import { idleWakeLayer, makeTenantGate, PendingWork } from "@delivery/idle-wake"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
@@ -88,12 +90,39 @@ const OutboxServicesLive = Outbox.Default.pipe(
   Layer.provide(Layer.effect(OutboxSettings, Effect.map(AppConfig, (config) => config.outbox)))
 )
 
+/**
+ * Spec 001's tenant side: drain reads, the idle hold, the local-work probe and the API activity hold. The pending
+ * durable work of every family is part of what a drain read reports.
+ */
+const PendingWorkLive = Layer.effect(
+  PendingWork,
+  Effect.gen(function* () {
+    const outbox = yield* Outbox
+    const resets = yield* ResetRequests
+    const receipts = yield* Receipts
+    const applications = yield* TeamApplications
+    // Whether or not this process runs the family's worker: the work waits in the stack's database either way.
+    return [
+      { family: "outbox", pending: outbox.hasPendingWork },
+      { family: "reset-mail", pending: resets.hasPendingWork },
+      { family: "receipts", pending: receipts.hasPendingWork },
+      { family: "team-applications", pending: applications.hasPendingWork }
+    ]
+  })
+).pipe(Layer.provide(ResetRequests.Default), Layer.provide(ResetMailRepo.Default))
+
+const IdleWakeServicesLive = Layer.unwrapEffect(Effect.map(AppConfig, (config) => idleWakeLayer(config.idleWake))).pipe(
+  Layer.provide(PendingWorkLive)
+)
+
 /** The listener opens only after the workers are running; as the last resource it is also released first. */
 const HttpLive = Layer.scopedDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
     yield* Workers
-    const app = yield* HttpApiBuilder.httpApp
+    // Idle wake's gate around the whole app: the idle hold's refusals, requests in flight, API activity.
+    const gate = yield* makeTenantGate
+    const app = gate(yield* HttpApiBuilder.httpApp)
     const { url } = yield* serveDraining(app, {
       hostname: config.host,
       port: config.port,
@@ -119,6 +148,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
     Effect.map(loadConfig, (config) =>
       HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
+        Layer.provideMerge(IdleWakeServicesLive),
         Layer.provide(OutboxServicesLive),
         Layer.provideMerge(ReceiptsServicesLive),
         Layer.provideMerge(TeamApplicationsServicesLive),

@@ -111,7 +111,15 @@ describe("configuration", () => {
     TEAM_APPLICATION_DELIVERY_POLL_INTERVAL: "0 seconds",
     TEAM_APPLICATION_DELIVERY_MAX_ATTEMPTS: "0",
     TEAM_APPLICATION_RETRY_BASE: "x",
-    TEAM_APPLICATION_RETRY_CAP: "0 seconds"
+    TEAM_APPLICATION_RETRY_CAP: "0 seconds",
+    IDLE_WAKE_STACK: "Not A Stack",
+    IDLE_WAKE_AUDIENCE: "has spaces",
+    IDLE_WAKE_CLOUD_KEYS: "cloud-1:not-a-key",
+    IDLE_WAKE_REPORT_KEY: "report-1:short",
+    IDLE_WAKE_INGRESS: "tenant-api-http,carrier-pigeon",
+    IDLE_WAKE_ASSERTION_MAX_LIFETIME: "2 hours",
+    IDLE_WAKE_CLOCK_SKEW: "0 seconds",
+    IDLE_WAKE_HOLD_MAX: "2 hours"
   }
 
   /** A complete, valid enabled receipts configuration (roots are only checked on disk when the backend builds). */
@@ -122,6 +130,18 @@ describe("configuration", () => {
     RECEIPT_FROM: "receipts@example.com",
     RECEIPT_STAGING_ROOT: "/srv/receipts/staging",
     RECEIPT_STORAGE_ROOT: "/srv/receipts/storage"
+  }
+  // Read only with IDLE_WAKE_STACK: each is checked with the other two valid, so its own validation speaks.
+  const readWithStack = new Set(["IDLE_WAKE_AUDIENCE", "IDLE_WAKE_CLOUD_KEYS", "IDLE_WAKE_REPORT_KEY"])
+  const idleWakeStack = (except: string): Record<string, string> => {
+    const all: Record<string, string> = {
+      IDLE_WAKE_STACK: "stack-1",
+      IDLE_WAKE_AUDIENCE: "tenant:stack-1",
+      IDLE_WAKE_CLOUD_KEYS: `cloud-1:${"A".repeat(43)}`,
+      IDLE_WAKE_REPORT_KEY: `report-1:${"A".repeat(43)}`
+    }
+    delete all[except]
+    return all
   }
   const readWithReceipts = new Set(["RECEIPT_FROM", "RECEIPT_FROM_NAME", "RECEIPT_STAGING_ROOT", "RECEIPT_STORAGE_ROOT"])
 
@@ -155,6 +175,8 @@ describe("configuration", () => {
           ? enabled
           : readWithReceipts.has(entry.name)
           ? receiptsEnabled
+          : readWithStack.has(entry.name)
+          ? idleWakeStack(entry.name)
           : entry.name === "TEAM_APPLICATION_FROM_NAME"
           ? { TEAM_APPLICATION_FROM: "teams@example.com" }
           : entry.name === "DATABASE_URL"
