@@ -50,5 +50,25 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   "team-applications": {
     mutate: modules("team-applications", ["EffectQueueStore", "Delivery", "TeamApplications", "Notifications", "TeamApplicationsConfig"]),
     tests: ["packages/team-applications"]
+  },
+  "idle-wake": {
+    mutate: modules("idle-wake", [
+      "TenantDrain",
+      "Protocol",
+      "Fingerprint",
+      "KeyProjection",
+      "Ingress",
+      "Blockers",
+      "ConnectorBindings",
+      "Connectors",
+      "ApiActivity",
+      "DrainGate",
+      "Gate",
+      "Runtimes",
+      "LocalWork",
+      "IdleWakeConfig",
+      "DrainRequests"
+    ]),
+    tests: ["packages/idle-wake"]
   }
 }
