@@ -8,6 +8,7 @@ import { DrainReport, type ReportV3, verifyObject } from "../src/Protocol.ts"
 import {
   API_ONLY,
   assertion,
+  BROKER_ONLY,
   type AssertionOptions,
   AUDIENCE,
   BOTH,
@@ -240,6 +241,31 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
       expect(creation.final).toMatchObject({ idle: false, blockers: [{ code: "incoming-proof-changed" }] })
       expect(creation.final.incomingWake.profiles["tenant-api-http-v2"]!.keys).toHaveLength(2)
       expect(kept.id).toBeDefined()
+    }))
+
+  it.scoped("a GitHub binding changed between the initial and the final read changes the receipt: the stop is refused", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const by = { actor: "operator:environment", correlationId: correlationId() }
+      const id = (text: string) => text as never
+      yield* world.connectors.enrollInstance(id("connector-1"), by)
+      yield* world.connectors.addConnection({ id: id("conn-1"), tenant: TenantId.make("acme"), kind: "broker", owner: id("acct-1") }, by)
+      for (const n of ["1", "2"]) {
+        yield* world.connectors.startBotRegistration({ id: id(`reg-${n}`), connection: id("conn-1"), appId: 1001 }, by)
+        yield* world.connectors.completeBotRegistration({ id: id(`reg-${n}`), installationId: 2000 + Number(n) }, by)
+        yield* world.connectors.addEndpoint({ id: id(`endpoint-${n}`), channel: id(`channel-${n}`), connection: id("conn-1"), registration: id(`reg-${n}`) }, by)
+      }
+      const capability = withCapability(BROKER_ONLY)
+      const idleHold = newIdleHold()
+      const initial = (yield* read(world, { capability, idleHold })) as ReportV3
+      expect(initial.incomingWake.profiles["github-broker-events-v1"]).toMatchObject({ connectorInstance: "connector-1", bindingCount: 2 })
+      // The ordinary removal writer: retained history, so still provable, but no longer the same bindings.
+      yield* world.connectors.removeEndpoint(id("endpoint-2"), by)
+      const final = (yield* read(world, { capability, idleHold, phase: "final" })) as ReportV3
+      expect(final.incomingWake.profiles["github-broker-events-v1"]).toMatchObject({ connectorInstance: "connector-1", bindingCount: 1 })
+      expect(final).toMatchObject({ idle: false, hold: "released" })
+      expect(final.blockers.map((b) => (b as { code: string }).code)).toContain("incoming-proof-changed")
+      expect(compareForStop({ stack: STACK, idleHold, requested: BROKER_ONLY, initial: { ...initial, idle: true }, final: { ...final, idle: true } })).toEqual(Either.left("proof-changed"))
     }))
 
   it.scoped("a final read that reports idle takes the idle hold (new requests refused) until it ends or is released", () =>
