@@ -1,5 +1,8 @@
 import { type Blocker, type BlockerCode, MAX_BLOCKER_IDS } from "./Protocol.ts"
 
+// Stryker disable next-line EqualityOperator,ConditionalExpression: the codes are a Map's keys, never equal, so the equal branch is never taken
+const byCodeName = ([a]: readonly [string, unknown], [b]: readonly [string, unknown]) => (a < b ? -1 : a > b ? 1 : 0)
+
 /** One blocker per code: its ids merged, sorted and bounded, `count` the full number of them. */
 export const groupBlockers = (
   entries: ReadonlyArray<{ readonly code: BlockerCode; readonly ids?: ReadonlyArray<string>; readonly count?: number }>
@@ -18,8 +21,7 @@ export const groupBlockers = (
     byCode.set(entry.code, group)
   }
   return [...byCode.entries()]
-    // Stryker disable next-line EqualityOperator,ConditionalExpression: the codes are a Map's keys, never equal, so the equal branch is never taken
-    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .sort(byCodeName)
     .map(([code, group]): Blocker => {
       const ids = [...group.ids].sort()
       const count = group.hasCount ? Math.max(group.count, ids.length) : ids.length

@@ -35,7 +35,8 @@ import {
   type IncomingProof,
   type IncomingWakeCapability,
   type Instant,
-  type ProfileName,
+  PROFILE_ROUTES,
+  ProfileName,
   REPORT_TYPE,
   signObject,
   SUPPORTED_ASSERTION_VERSIONS,
@@ -54,11 +55,11 @@ export interface Observation {
   readonly profiles: IncomingProof["profiles"]
 }
 
+// Stryker disable next-line StringLiteral: diagnostic fields of an error that leaves only as 503 storage-unavailable (the cause is logged where it happened)
+const snapshotFailure = { operation: "drainSnapshot", sqlstate: "unknown" }
+
 const storageFailure = (error: unknown) =>
-  error instanceof IdleWakeStorageUnavailable
-    ? error
-    // Stryker disable next-line StringLiteral: diagnostic fields of an error that leaves only as 503 storage-unavailable (the cause is logged where it happened)
-    : new IdleWakeStorageUnavailable({ operation: "drainSnapshot", sqlstate: "unknown" })
+  error instanceof IdleWakeStorageUnavailable ? error : new IdleWakeStorageUnavailable(snapshotFailure)
 
 /**
  * The tenant side of a drain read (spec 001). In order: the assertion's closed shape and version, the cloud signer's
@@ -225,7 +226,8 @@ export class TenantDrain extends Effect.Service<TenantDrain>()("@delivery/idle-w
         const text = Either.getOrThrow(Canonical.canonicalString(proof))
         if (phase === "initial") remember(idleHold, text)
         const initial = initialProofs.get(idleHold)
-        if (phase === "final" && initial !== undefined && initial !== text) entries.push({ code: "incoming-proof-changed" })
+        // Any later read of the cycle (the final one, a release) says so when its proof is not the initial one.
+        if (initial !== undefined && initial !== text) entries.push({ code: "incoming-proof-changed" })
       }
       const blockers = groupBlockers(entries)
       const idle = blockers.length === 0
@@ -258,7 +260,7 @@ export class TenantDrain extends Effect.Service<TenantDrain>()("@delivery/idle-w
     const status = Effect.fn("TenantDrain.status")(function* () {
       const everything: IncomingWakeCapability = {
         version: 1,
-        profiles: [{ profile: TENANT_API_PROFILE, routes: ["api"] }, { profile: GITHUB_BROKER_PROFILE, routes: ["connector-events"] }]
+        profiles: ProfileName.literals.map((profile) => ({ profile, routes: [...PROFILE_ROUTES[profile]] }))
       }
       const challenge = randomBytes(32).toString("base64url") as Bytes32
       const conservative = yield* observe(Option.none(), challenge)

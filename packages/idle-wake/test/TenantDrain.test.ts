@@ -144,6 +144,8 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
         expect(yield* refusal(world, body)).toEqual({ tag: "AssertionReplayed", reason: "assertion-replayed" })
       }
       expect(yield* refusal(world, assertion({ phase: "final", holdSeconds: 121 }))).toEqual({ tag: "AssertionInvalid", reason: "hold-too-long" })
+      // Exactly IDLE_WAKE_HOLD_MAX is allowed.
+      expect(yield* read(world, { phase: "final", holdSeconds: 120 })).toMatchObject({ phase: "final" })
     }))
 
   it.scoped("without IDLE_WAKE_STACK every read is refused as unconfigured", () =>
@@ -270,6 +272,9 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
       yield* world.connectors.removeEndpoint(id("endpoint-2"), by)
       const final = (yield* read(world, { capability, idleHold, phase: "final" })) as ReportV3
       expect(final.incomingWake.profiles["github-broker-events-v1"]).toMatchObject({ connectorInstance: "connector-1", bindingCount: 1 })
+      // A release of the cycle says so too.
+      const release = yield* read(world, { capability, idleHold, phase: "release" })
+      expect(release.blockers.map((b) => (b as { code: string }).code)).toContain("incoming-proof-changed")
       expect(final).toMatchObject({ idle: false, hold: "released" })
       expect(final.blockers.map((b) => (b as { code: string }).code)).toContain("incoming-proof-changed")
       expect(compareForStop({ stack: STACK, idleHold, requested: BROKER_ONLY, initial: { ...initial, idle: true }, final: { ...final, idle: true } })).toEqual(Either.left("proof-changed"))
@@ -454,19 +459,18 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
         Effect.map(read(world, { capability, idleHold, phase: "final" }), (report) =>
           report.blockers.some((b) => (b as { code: string }).code === "incoming-proof-changed"))
 
-      const forgotten = newIdleHold()
+      // 16 cycles fill the memory; the oldest is then read again, which makes it the newest.
       const renewed = newIdleHold()
-      yield* initial(forgotten)
+      const others = Array.from({ length: 16 }, () => newIdleHold())
       yield* initial(renewed)
-      const others = Array.from({ length: 15 }, () => newIdleHold())
-      for (const hold of others.slice(0, 14)) yield* initial(hold)
-      // 16 kept so far: forgotten, renewed and 14 others. Renewing `renewed` makes `forgotten` the oldest.
+      for (const hold of others.slice(0, 15)) yield* initial(hold)
       yield* initial(renewed)
-      yield* initial(others[14]!)
+      // The 17th cycle pushes out the oldest: others[0], not the renewed one.
+      yield* initial(others[15]!)
       yield* issueKey(world, owner, "agent")
-      expect(yield* changedOnFinal(forgotten)).toBe(false)
+      expect(yield* changedOnFinal(others[0]!)).toBe(false)
       expect(yield* changedOnFinal(renewed)).toBe(true)
-      expect(yield* changedOnFinal(others[0]!)).toBe(true)
+      expect(yield* changedOnFinal(others[1]!)).toBe(true)
     }))
 
   it.scoped("the operator's status: conservative and capability blockers, the hold; unconfigured says so", () =>
@@ -481,6 +485,13 @@ layer(PgClusterFromVitest, { excludeTestServices: true, timeout: 120_000 })("dra
       })
       yield* world.gate.take("h", Duration.minutes(1))
       expect((yield* world.drain.status()).hold).toBe("held")
+      // The capability side asks for both profiles: broken binding state shows in detail there.
+      const by = { actor: "operator:environment", correlationId: correlationId() }
+      yield* world.connectors.addConnection({ id: "conn-1" as never, tenant: TenantId.make("acme"), kind: "broker", owner: "acct-1" as never }, by)
+      expect(yield* world.drain.status()).toMatchObject({
+        conservative: [{ code: "ingress-github-broker-events" }, { code: "ingress-tenant-api-http" }],
+        withCapability: [{ code: "github-binding-unsettled", ids: ["conn-1"], count: 1 }, { code: "github-connector-missing" }, { code: "ingress-github-broker-events" }]
+      })
       const off = yield* tenantWorld({ tenant: Option.none() })
       expect(yield* off.drain.status()).toMatchObject({ configured: false, stack: null })
     }))
