@@ -39,9 +39,7 @@ export class LocalWork extends Effect.Service<LocalWork>()("@delivery/idle-wake/
       const blockers: Array<LocalBlocker> = []
       for (const registry of registries) {
         const { runtimes, shutdownFailed } = yield* registry.unsettled
-        for (const runtime of runtimes) {
-          if (runtime.state !== "running") blockers.push({ code: runtimeCode[runtime.state], ids: [`${registry.name}/${runtime.id}`] })
-        }
+        for (const runtime of runtimes) blockers.push({ code: runtimeCode[runtime.state], ids: [`${registry.name}/${runtime.id}`] })
         if (shutdownFailed) blockers.push({ code: "service-shutdown-failed", ids: [registry.name] })
       }
       // The delivery workers are the process's other registry: they start before the listener and stop after it, so

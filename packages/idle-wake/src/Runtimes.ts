@@ -13,6 +13,9 @@ export interface RuntimeView {
   readonly state: RuntimeState
 }
 
+/** A runtime that is not simply running: what the local-work probe reports. */
+export type UnsettledRuntime = RuntimeView & { readonly state: Exclude<RuntimeState, "running"> }
+
 export class RuntimeConflict extends Data.TaggedError("RuntimeConflict")<{ readonly registry: string; readonly id: string }> {}
 export class RuntimeNotFound extends Data.TaggedError("RuntimeNotFound")<{ readonly registry: string; readonly id: string }> {}
 export class RuntimeNotOwned extends Data.TaggedError("RuntimeNotOwned")<{ readonly registry: string; readonly id: string }> {}
@@ -45,7 +48,7 @@ export interface RuntimeRegistry {
   readonly get: (id: string) => Effect.Effect<Option.Option<RuntimeView>>
   readonly list: Effect.Effect<ReadonlyArray<RuntimeView>>
   /** Initializing, retiring and failed retirements, and whether a full shutdown failed. */
-  readonly unsettled: Effect.Effect<{ readonly runtimes: ReadonlyArray<RuntimeView>; readonly shutdownFailed: boolean }>
+  readonly unsettled: Effect.Effect<{ readonly runtimes: ReadonlyArray<UnsettledRuntime>; readonly shutdownFailed: boolean }>
 }
 
 const visible = (view: RuntimeView) => view.state === "initializing" || view.state === "running"
@@ -108,7 +111,7 @@ export const makeRuntimeRegistry = (name: string): RuntimeRegistry => {
     get: (id) => Effect.sync(() => Option.filter(Option.fromNullable(runtimes.get(id)), visible)),
     list: Effect.sync(() => [...runtimes.values()].filter(visible)),
     unsettled: Effect.sync(() => ({
-      runtimes: [...runtimes.values()].filter((view) => view.state !== "running"),
+      runtimes: [...runtimes.values()].filter((view): view is UnsettledRuntime => view.state !== "running"),
       shutdownFailed
     }))
   }

@@ -230,6 +230,11 @@ describe("the local-work probe reads process memory only", () => {
       yield* registry.register("receipts")
       yield* registry.markRunning("receipts")
       yield* registry.markStopping("receipts")
+      // Running and cleanly stopped workers owe nothing.
+      yield* registry.register("retention")
+      yield* registry.markRunning("retention")
+      yield* registry.register("purge")
+      yield* registry.markStopped("purge")
       yield* Effect.flatMap(ApiActivity, (a) => a.observe(boardKey, 200))
       yield* Effect.flatMap(DrainGate, (g) => g.admit)
 
