@@ -5,6 +5,9 @@ import { IdleWakeStorageUnavailable } from "./Domain.ts"
 
 const storage = (operation: string) => storageErrors(operation, (fault) => new IdleWakeStorageUnavailable(fault))
 
+// Stryker disable next-line StringLiteral: the operation's name is a diagnostic of the warning logged; the answer is storage-unavailable
+const RECORD_OPERATION = "recordDrainRequest"
+
 /** How many long-expired request ids one drain read forgets: bounded work per request. */
 export const FORGET_BATCH = 100
 
@@ -46,8 +49,7 @@ export class DrainRequests extends Effect.Service<DrainRequests>()("@delivery/id
               LIMIT ${FORGET_BATCH})`.withoutTransform
           return inserted.length === 1
         })
-      // Stryker disable next-line StringLiteral: the operation's name is a diagnostic of the warning logged; the answer is storage-unavailable
-      ).pipe(storage("recordDrainRequest"))
+      ).pipe(storage(RECORD_OPERATION))
 
     return { record } as const
   })
