@@ -3,10 +3,15 @@ import { type Blocker, type BlockerCode, MAX_BLOCKER_IDS } from "./Protocol.ts"
 // Stryker disable next-line EqualityOperator,ConditionalExpression: the codes are a Map's keys, never equal, so the equal branch is never taken
 const byCodeName = ([a]: readonly [string, unknown], [b]: readonly [string, unknown]) => (a < b ? -1 : a > b ? 1 : 0)
 
+/** One finding: a code, the ids it concerns (if any row can be named) and how many there are. */
+export interface BlockerEntry {
+  readonly code: BlockerCode
+  readonly ids?: ReadonlyArray<string> | undefined
+  readonly count?: number | undefined
+}
+
 /** One blocker per code: its ids merged, sorted and bounded, `count` the full number of them. */
-export const groupBlockers = (
-  entries: ReadonlyArray<{ readonly code: BlockerCode; readonly ids?: ReadonlyArray<string>; readonly count?: number }>
-): ReadonlyArray<Blocker> => {
+export const groupBlockers = (entries: ReadonlyArray<BlockerEntry>): ReadonlyArray<Blocker> => {
   const byCode = new Map<BlockerCode, { ids: Set<string>; count: number; hasIds: boolean; hasCount: boolean }>()
   for (const entry of entries) {
     const group = byCode.get(entry.code) ?? { ids: new Set<string>(), count: 0, hasIds: false, hasCount: false }

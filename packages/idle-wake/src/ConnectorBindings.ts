@@ -1,7 +1,8 @@
 import { Schema } from "effect"
 import { ConnectorId } from "./Domain.ts"
 import { type Binding, bindingsFingerprint } from "./Fingerprint.ts"
-import { BlockerCode, type GithubBrokerProof, MAX_BINDINGS, MAX_BLOCKER_IDS } from "./Protocol.ts"
+import { type BlockerEntry, groupBlockers } from "./Blockers.ts"
+import { type Blocker, BlockerCode, type GithubBrokerProof, MAX_BINDINGS } from "./Protocol.ts"
 
 // github-broker-events-v1 (spec 001), the tenant's reconstruction of "all current GitHub bindings" from its own
 // connector rows. Pure: the rows come from the drain's read-only snapshot (ConnectorsRepo.snapshot), and nothing
@@ -89,13 +90,8 @@ export interface ConnectorSnapshot {
   readonly truncated: boolean
 }
 
-export interface AssessedBlocker {
-  readonly code: BlockerCode
-  /** The rows concerned, sorted, at most MAX_BLOCKER_IDS; absent when no row can be named. */
-  readonly ids?: ReadonlyArray<string>
-  /** How many rows there are in all; absent when no row can be named. */
-  readonly count?: number
-}
+/** A blocker of the assessment, as reports carry it. */
+export type AssessedBlocker = Blocker
 
 export interface BrokerAssessment {
   readonly active: boolean
@@ -122,7 +118,6 @@ const byId = <T extends { readonly id: string }>(rows: ReadonlyArray<T>): Readon
   return map
 }
 
-const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
 
 /** The proof of a stack where the transport is not active: no instance and the fingerprint of no bindings. */
 const inactiveProof = (): GithubBrokerProof => ({
@@ -132,41 +127,30 @@ const inactiveProof = (): GithubBrokerProof => ({
   bindingCount: 0
 })
 
+/** The protocol's order of codes: assessments list their blockers in it. */
+const codeOrder = (code: BlockerCode) => BlockerCode.literals.indexOf(code)
+
+/** What the reconstruction found: one entry per row concerned (or per code when no row can be named). */
 class Found {
-  private readonly codes = new Map<BlockerCode, Set<string>>()
-  private readonly counts = new Map<BlockerCode, number>()
+  private readonly entries: Array<BlockerEntry> = []
 
   /** Records `code` with how many rows it concerns, when they are too many to name. */
   addCount(code: BlockerCode, count: number): void {
-    this.add(code)
-    this.counts.set(code, count)
+    this.entries.push({ code, count })
   }
 
   /** Records `code`, with `id` when there is a row to name. */
   add(code: BlockerCode, id?: string): void {
-    let ids = this.codes.get(code)
-    if (ids === undefined) {
-      ids = new Set()
-      this.codes.set(code, ids)
-    }
-    if (id !== undefined) ids.add(id)
+    this.entries.push(id === undefined ? { code } : { code, ids: [id] })
   }
 
   get size(): number {
-    return this.codes.size
+    return this.entries.length
   }
 
-  /** Grouped by code in the protocol's order, ids sorted and cut to MAX_BLOCKER_IDS, `count` the full number. */
+  /** Grouped as every report groups blockers (ids sorted, at most MAX_BLOCKER_IDS, `count` the full number), in the protocol's order. */
   blockers(): ReadonlyArray<AssessedBlocker> {
-    return BlockerCode.literals.flatMap((code) => {
-      const ids = this.codes.get(code)
-      if (ids === undefined) return []
-      const count = this.counts.get(code)
-      if (count !== undefined) return [{ code, count }]
-      if (ids.size === 0) return [{ code }]
-      const sorted = [...ids].sort(compare)
-      return [{ code, ids: sorted.slice(0, MAX_BLOCKER_IDS), count: sorted.length }]
-    })
+    return [...groupBlockers(this.entries)].sort((a, b) => codeOrder(a.code) - codeOrder(b.code))
   }
 }
 

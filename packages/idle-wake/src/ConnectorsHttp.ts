@@ -5,7 +5,7 @@ import { Effect } from "effect"
 import type { ChannelRow, ConnectionRow, EndpointRow, InstanceRow, RegistrationRow } from "./ConnectorBindings.ts"
 import { type ConnectorActor, Connectors } from "./Connectors.ts"
 import { IdleWakeConnectorsApi } from "./ConnectorsApi.ts"
-import { IdleWakeUnavailable } from "./Domain.ts"
+import { storageUnavailable } from "./Domain.ts"
 
 const ConnectorsOnlyApi = HttpApi.make(deliveryApiId).add(IdleWakeConnectorsApi)
 
@@ -14,12 +14,6 @@ const attribution = Effect.all({
   actor: Effect.map(CurrentOperator, operatorActor),
   correlationId: requestCorrelationId
 }) satisfies Effect.Effect<ConnectorActor, never, CurrentOperator>
-
-// The SQLSTATE stays in the log: the answer says only that storage is unavailable.
-const storageUnavailable = {
-  IdleWakeStorageUnavailable: () =>
-    Effect.flatMap(requestCorrelationId, (correlationId) => Effect.fail(new IdleWakeUnavailable({ reason: "storage-unavailable", correlationId })))
-}
 
 const instanceView = (row: InstanceRow) => ({
   id: row.id,

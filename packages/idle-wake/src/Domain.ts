@@ -1,6 +1,6 @@
-import { CorrelationId } from "@delivery/core"
+import { CorrelationId, requestCorrelationId } from "@delivery/core"
 import { boundedId } from "@delivery/identity"
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
 
 // Spec 001 (authenticated incoming-wake proof), the tenant side. Ids are bounded like every other id here; the
 // refusals carry a stable reason and the request's correlation id, never a value from the assertion.
@@ -75,3 +75,9 @@ export class IdleWakeStorageUnavailable extends Schema.TaggedError<IdleWakeStora
   "IdleWakeStorageUnavailable",
   { operation: Schema.String, sqlstate: Schema.String }
 ) {}
+
+/** At the HTTP edge: a storage failure becomes the 503 refusal, with the request's correlation id. */
+export const storageUnavailable = {
+  IdleWakeStorageUnavailable: () =>
+    Effect.flatMap(requestCorrelationId, (correlationId) => Effect.fail(new IdleWakeUnavailable({ reason: "storage-unavailable", correlationId })))
+}

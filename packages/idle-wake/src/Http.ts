@@ -3,7 +3,7 @@ import { requestCorrelationId } from "@delivery/core"
 import { deliveryApiId, withHeader } from "@delivery/identity"
 import { Effect } from "effect"
 import { IdleWakeApi, IdleWakeOperatorApi } from "./Api.ts"
-import { IdleWakeUnavailable } from "./Domain.ts"
+import { IdleWakeUnavailable, storageUnavailable } from "./Domain.ts"
 import { TenantDrain } from "./TenantDrain.ts"
 
 const IdleWakeOnlyApi = HttpApi.make(deliveryApiId).add(IdleWakeApi).add(IdleWakeOperatorApi)
@@ -25,8 +25,7 @@ export const IdleWakeOperatorHttpLive = HttpApiBuilder.group(IdleWakeOnlyApi, "i
     const drain = yield* TenantDrain
     return handlers.handle("status", () =>
       drain.status().pipe(
-        Effect.catchTag("IdleWakeStorageUnavailable", () =>
-          Effect.flatMap(requestCorrelationId, (correlationId) => Effect.fail(new IdleWakeUnavailable({ reason: "storage-unavailable", correlationId })))),
+        Effect.catchTags(storageUnavailable),
         retrySoon
       ))
   }))

@@ -1,6 +1,7 @@
 import { WorkerRegistry } from "@delivery/core"
 import { Context, Effect, Option } from "effect"
 import { ApiActivity } from "./ApiActivity.ts"
+import type { BlockerEntry } from "./Blockers.ts"
 import { DrainGate } from "./DrainGate.ts"
 import type { BlockerCode } from "./Protocol.ts"
 import type { RuntimeRegistry, RuntimeState } from "./Runtimes.ts"
@@ -11,11 +12,7 @@ export class RuntimeRegistries extends Context.Tag("@delivery/idle-wake/RuntimeR
   ReadonlyArray<RuntimeRegistry>
 >() {}
 
-export interface LocalBlocker {
-  readonly code: BlockerCode
-  readonly ids?: ReadonlyArray<string>
-  readonly count?: number
-}
+export type LocalBlocker = BlockerEntry
 
 const runtimeCode: Record<Exclude<RuntimeState, "running">, BlockerCode> = {
   initializing: "runtime-initializing",

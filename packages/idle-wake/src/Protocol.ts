@@ -328,4 +328,3 @@ export const verifyObject = <T extends Signed>(value: T, publicKey: KeyObject): 
     onRight: (signature) => verify(null, signingBytes(value), publicKey, signature)
   })
 
-export { SignatureText }

@@ -93,45 +93,58 @@ export class TenantDrain extends Effect.Service<TenantDrain>()("@delivery/idle-w
         })
       ).pipe(Effect.mapError(storageFailure))
 
-    /** The blockers and the proofs of the requested profiles, as of now. */
-    const observe = (capability: Option.Option<IncomingWakeCapability>, challenge: Bytes32) =>
+    /** What a read looks at, at one instant: the local-work probe and the database snapshot. */
+    const look = (withKeys: boolean) =>
       Effect.gen(function* () {
-        const requested = new Set<ProfileName>(Option.toArray(capability).flatMap((c) => c.profiles.map((p) => p.profile)))
         const local = yield* localWork.probe
-        const read = yield* snapshot(requested.has(TENANT_API_PROFILE))
+        const read = yield* snapshot(withKeys)
         const now = new Date(yield* Clock.currentTimeMillis)
-        const broker = assessBroker(read.state, { configured: settings.ingress.includes("github-broker-events"), now })
-
-        const entries: Array<LocalBlocker> = [...local]
-        const proven = new Set<ProfileName>()
-        const profiles: { -readonly [K in keyof IncomingProof["profiles"]]: IncomingProof["profiles"][K] } = {}
-        if (requested.has(TENANT_API_PROFILE)) {
-          const projection = projectKeys(challenge, read.keys)
-          if (projection._tag === "Projected") {
-            profiles[TENANT_API_PROFILE] = projection.proof
-            proven.add(TENANT_API_PROFILE)
-          } else {
-            entries.push({ code: projection.blocker, count: projection.count })
-          }
-        }
-        if (requested.has(GITHUB_BROKER_PROFILE) && broker.proof !== null) {
-          profiles[GITHUB_BROKER_PROFILE] = broker.proof
-          proven.add(GITHUB_BROKER_PROFILE)
-        }
-        // Without the profile the whole transport blocks below; personal MCP connections block in every version.
-        for (const blocker of broker.blockers) {
-          if (requested.has(GITHUB_BROKER_PROFILE) || blocker.code === "github-personal-mcp") entries.push(blocker)
-        }
-        const active = [
-          ...BUILT_IN,
-          ...settings.ingress,
-          ...(read.devices ? ["controlplane-envelopes"] : []),
-          ...(broker.active ? ["github-broker-events"] : [])
-        ]
-        for (const blocker of ingressBlockers(active, proven)) entries.push({ code: blocker.code })
-        if (read.pending.length > 0) entries.push({ code: "work-pending", ids: read.pending })
-        return { entries, profiles }
+        return { local, ...read, now }
       })
+    type Look = Effect.Effect.Success<ReturnType<typeof look>>
+
+    const requestedProfiles = (capability: Option.Option<IncomingWakeCapability>) =>
+      new Set<ProfileName>(Option.toArray(capability).flatMap((c) => c.profiles.map((p) => p.profile)))
+
+    /** The blockers and the proofs of the requested profiles, from one look. */
+    const assess = (seen: Look, capability: Option.Option<IncomingWakeCapability>, challenge: Bytes32) => {
+      const requested = requestedProfiles(capability)
+      const broker = assessBroker(seen.state, { configured: settings.ingress.includes("github-broker-events"), now: seen.now })
+
+      const entries: Array<LocalBlocker> = [...seen.local]
+      const proven = new Set<ProfileName>()
+      const profiles: { -readonly [K in keyof IncomingProof["profiles"]]: IncomingProof["profiles"][K] } = {}
+      if (requested.has(TENANT_API_PROFILE)) {
+        const projection = projectKeys(challenge, seen.keys)
+        if (projection._tag === "Projected") {
+          profiles[TENANT_API_PROFILE] = projection.proof
+          proven.add(TENANT_API_PROFILE)
+        } else {
+          entries.push({ code: projection.blocker, count: projection.count })
+        }
+      }
+      if (requested.has(GITHUB_BROKER_PROFILE) && broker.proof !== null) {
+        profiles[GITHUB_BROKER_PROFILE] = broker.proof
+        proven.add(GITHUB_BROKER_PROFILE)
+      }
+      // Without the profile the whole transport blocks below; personal MCP connections block in every version.
+      for (const blocker of broker.blockers) {
+        if (requested.has(GITHUB_BROKER_PROFILE) || blocker.code === "github-personal-mcp") entries.push(blocker)
+      }
+      const active = [
+        ...BUILT_IN,
+        ...settings.ingress,
+        ...(seen.devices ? ["controlplane-envelopes"] : []),
+        ...(broker.active ? ["github-broker-events"] : [])
+      ]
+      for (const blocker of ingressBlockers(active, proven)) entries.push({ code: blocker.code })
+      if (seen.pending.length > 0) entries.push({ code: "work-pending", ids: seen.pending })
+      return { entries, profiles }
+    }
+
+    /** The blockers and the proofs of the requested profiles, as of now: keys are read only when projected. */
+    const observe = (capability: Option.Option<IncomingWakeCapability>, challenge: Bytes32) =>
+      Effect.map(look(requestedProfiles(capability).has(TENANT_API_PROFILE)), (seen) => assess(seen, capability, challenge))
 
     const refuseUnauthenticated = (reason: AssertionUnauthenticated["reason"], correlationId: CorrelationId) =>
       Effect.fail(new AssertionUnauthenticated({ reason, correlationId }))
@@ -264,8 +277,10 @@ export class TenantDrain extends Effect.Service<TenantDrain>()("@delivery/idle-w
         profiles: ProfileName.literals.map((profile) => ({ profile, routes: [...PROFILE_ROUTES[profile]] }))
       }
       const challenge = randomBytes(32).toString("base64url") as Bytes32
-      const conservative = yield* observe(Option.none(), challenge)
-      const withCapability = yield* observe(Option.some(everything), challenge)
+      // One look serves both answers.
+      const seen = yield* look(true)
+      const conservative = assess(seen, Option.none(), challenge)
+      const withCapability = assess(seen, Option.some(everything), challenge)
       const current = yield* gate.current
       return {
         configured: Option.isSome(settings.tenant),
