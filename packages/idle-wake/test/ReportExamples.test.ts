@@ -67,7 +67,8 @@ const exampleKeys = (w: World) =>
   Effect.gen(function* () {
     const { tenant, account } = yield* owner(w)
     for (const label of ["board-token", "agent-token"]) {
-      const [kind, lookupId, secret] = labelled(label).split("_") as [string, string, string]
+      const [kind, lookupId, ...rest] = labelled(label).split("_") as [string, string, ...Array<string>]
+      const secret = rest.join("_")
       const expiresAt = kind === "board" ? new Date("2027-01-01T00:00:00.000Z") : null
       yield* w.sql`
         INSERT INTO identity_api_keys (lookup_id, tenant_id, account_id, kind, name, secret_hash, expires_at)
