@@ -14,13 +14,16 @@ import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
 import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@delivery/receipts"
 import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
-import { IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
+import { CLOUD_CONFIG, CloudConfig, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
 
-/** `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002). */
-export const Role = Schema.Literal("backend", "ingress")
+/**
+ * `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002);
+ * `cloud` is idle wake's cloud side (spec 001): the stack registry, the sleep operation and the wake proxy.
+ */
+export const Role = Schema.Literal("backend", "ingress", "cloud")
 export type Role = typeof Role.Type
 
 /** The repository's `.data/pglite` (git-ignored), wherever the process was started from. */
@@ -35,7 +38,7 @@ export interface ConfigEntry {
 
 /** Every variable the backend reads, for docs/configuration.md and for the start-up error message. */
 export const CONFIG: ReadonlyArray<ConfigEntry> = [
-  { name: "ROLE", default: "backend", meaning: "`backend` (HTTP + delivery workers) or `ingress` (HTTP only, never starts delivery workers)", secret: false },
+  { name: "ROLE", default: "backend", meaning: "`backend` (HTTP + delivery workers), `ingress` (HTTP only, never starts delivery workers) or `cloud` (idle wake's cloud side: stacks, the sleep operation and the wake proxy; requires DATABASE_URL, docs/idle-wake-cloud.md)", secret: false },
   { name: "HOST", default: "127.0.0.1", meaning: "interface the HTTP server binds to: a host name, or an IPv4 or IPv6 address literal without brackets (`0.0.0.0`, `::` for all interfaces)", secret: false },
   { name: "PORT", default: "3000", meaning: "TCP port of the HTTP server (1-65535)", secret: false },
   { name: "DATABASE_URL", default: "(unset: embedded PGlite, development only)", meaning: "postgres:// or postgresql:// URL of the PostgreSQL database", secret: true },
@@ -54,7 +57,8 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   ...RESET_MAIL_CONFIG,
   ...RECEIPTS_CONFIG,
   ...TEAM_APPLICATIONS_CONFIG,
-  ...IDLE_WAKE_CONFIG
+  ...IDLE_WAKE_CONFIG,
+  ...CLOUD_CONFIG
 ]
 
 const secretNames = new Set(CONFIG.filter((entry) => entry.secret).map((entry) => entry.name))
@@ -114,7 +118,7 @@ const MaxRequestBodyBytes = integerBetween("MAX_REQUEST_BODY_BYTES", 1, 1024 ** 
 
 /** One `Config.all`: every variable is read and every problem is reported together. */
 const baseConfig = Config.all({
-  role: Config.literal("backend", "ingress")("ROLE").pipe(Config.withDefault<Role>("backend")),
+  role: Config.literal("backend", "ingress", "cloud")("ROLE").pipe(Config.withDefault<Role>("backend")),
   host,
   port: Config.port("PORT").pipe(Config.withDefault(3000)),
   databaseUrl,
@@ -162,6 +166,8 @@ export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
   readonly teamApplications: TeamApplicationsSettings
   /** Spec 001's tenant side: this stack's id, the cloud signer's keys, the report key and the configured ingress. */
   readonly idleWake: IdleWakeSettings
+  /** Spec 001's cloud side, with ROLE=cloud only. */
+  readonly cloud: Option.Option<CloudSettings>
 }
 
 // The receipts' file limit defaults to it; a bad value is reported by the base configuration.
@@ -170,6 +176,23 @@ const bodyLimit = Effect.orElseSucceed(MaxRequestBodyBytes, () => 1024 * 1024)
 // Only whether DATABASE_URL is set: the embedded development database gives PASSWORD_RESET_DELIVERY its default.
 const embedded = Config.map(Config.option(Config.string("DATABASE_URL")), Option.isNone)
 
+const isCloud = Config.map(Config.option(Config.string("ROLE")), (role) => Option.getOrNull(role) === "cloud")
+
+// A cloud process delivers none of the tenant families: their modes default to `disabled` there, as with the embedded
+// database.
+const familyDefault = Effect.map(Effect.all([embedded, Effect.orElseSucceed(isCloud, () => false)]), ([a, b]) => a || b)
+
+/** ROLE=cloud: its settings, and DATABASE_URL required (its routing table listens for changes, which needs PostgreSQL). */
+const loadCloudSettings: Effect.Effect<Option.Option<CloudSettings>, ConfigError.ConfigError> = Effect.gen(function* () {
+  if (!(yield* Effect.orElseSucceed(isCloud, () => false))) return Option.none()
+  const [settings, isEmbedded] = yield* Effect.all([Effect.either(CloudConfig), embedded])
+  const errors: Array<ConfigError.ConfigError> = []
+  if (Either.isLeft(settings)) errors.push(settings.left)
+  if (isEmbedded) errors.push(ConfigError.MissingData(["DATABASE_URL"], "Expected a PostgreSQL URL: ROLE=cloud does not run on the embedded database"))
+  if (errors.length > 0) return yield* Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
+  return Option.some(Either.getOrThrow(settings))
+})
+
 /**
  * Every variable, every problem reported together: the base variables and the reset-mail delivery mode, whose
  * worker variables are read (and all required) only when it is `enabled`.
@@ -177,21 +200,26 @@ const embedded = Config.map(Config.option(Config.string("DATABASE_URL")), Option
 export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> = Effect.all(
   [
     baseConfig,
-    Effect.flatMap(embedded, loadResetDelivery),
-    Effect.flatMap(Effect.all([embedded, bodyLimit]), ([isEmbedded, limit]) => loadReceiptsSettings(isEmbedded, limit)),
+    Effect.flatMap(familyDefault, loadResetDelivery),
+    Effect.flatMap(Effect.all([familyDefault, bodyLimit]), ([isDefaulted, limit]) => loadReceiptsSettings(isDefaulted, limit)),
     loadTeamApplicationsSettings,
-    loadIdleWakeSettings
+    loadIdleWakeSettings,
+    loadCloudSettings
   ],
   { mode: "either" }
 ).pipe(
-  Effect.flatMap(([base, reset, receipts, teamApplications, idleWake]) => {
-    if (Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts) && Either.isRight(teamApplications) && Either.isRight(idleWake)) {
+  Effect.flatMap(([base, reset, receipts, teamApplications, idleWake, cloud]) => {
+    if (
+      Either.isRight(base) && Either.isRight(reset) && Either.isRight(receipts) && Either.isRight(teamApplications) &&
+      Either.isRight(idleWake) && Either.isRight(cloud)
+    ) {
       return Effect.succeed({
         ...base.right,
         passwordReset: reset.right,
         receipts: receipts.right,
         teamApplications: teamApplications.right,
-        idleWake: idleWake.right
+        idleWake: idleWake.right,
+        cloud: cloud.right
       })
     }
     const errors: Array<ConfigError.ConfigError> = []
@@ -200,6 +228,7 @@ export const appConfig: Effect.Effect<AppConfigShape, ConfigError.ConfigError> =
     if (Either.isLeft(receipts)) errors.push(receipts.left)
     if (Either.isLeft(teamApplications)) errors.push(teamApplications.left)
     if (Either.isLeft(idleWake)) errors.push(idleWake.left)
+    if (Either.isLeft(cloud)) errors.push(cloud.left)
     return Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
   })
 )
@@ -282,5 +311,9 @@ export const describeConfig = (config: AppConfigShape) => ({
   teamApplicationSender: Option.isSome(config.teamApplications.sender) ? "configured" : "none",
   passwordResetTokenKey: config.resetTokenKey,
   idleWakeStack: Option.getOrElse(Option.map(config.idleWake.tenant, (tenant) => tenant.stack as string), () => "none"),
-  idleWakeIngress: config.idleWake.ingress.length === 0 ? "none" : config.idleWake.ingress.join(",")
+  idleWakeIngress: config.idleWake.ingress.length === 0 ? "none" : config.idleWake.ingress.join(","),
+  ...Option.match(config.cloud, {
+    onNone: () => ({}),
+    onSome: (cloud) => ({ cloudProxy: `${cloud.proxyHost}:${cloud.proxyPort}`, cloudSigningKey: cloud.signingKeyId, cloudLocalStacks: cloud.local.stacks.size })
+  })
 })

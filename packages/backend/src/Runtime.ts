@@ -18,7 +18,8 @@ import { idleWakeLayer, makeTenantGate, PendingWork } from "@delivery/idle-wake"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Logger } from "effect"
+import { Effect, Layer, Logger, Option } from "effect"
+import { makeCloudApp } from "./CloudRuntime.ts"
 import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
 import { ApiLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
@@ -145,8 +146,8 @@ const HttpLive = Layer.scopedDiscard(
  */
 export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<never, never, WorkerContext>> }) =>
   Layer.unwrapEffect(
-    Effect.map(loadConfig, (config) =>
-      HttpLive.pipe(
+    Effect.map(loadConfig, (config): Layer.Layer<never, unknown> =>
+      Option.isSome(config.cloud) ? Layer.discard(makeCloudApp(config, config.cloud.value)) : Layer.discard(HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
         Layer.provideMerge(IdleWakeServicesLive),
         Layer.provide(OutboxServicesLive),
@@ -184,5 +185,5 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
         Layer.provide(BunContext.layer),
         Layer.provide(Layer.succeed(AppConfig, config)),
         Layer.provide(Logger.minimumLogLevel(config.logLevel))
-      ))
+      )))
   )

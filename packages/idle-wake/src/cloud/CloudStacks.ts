@@ -1,0 +1,195 @@
+import { decodeBase64Url } from "@delivery/signer"
+import { Deferred, Duration, Effect, Either, Option } from "effect"
+import { pollUntil } from "./Poll.ts"
+import type { StackId } from "../Domain.ts"
+import { Admission } from "./Admission.ts"
+import { CloudConflict, CloudNotFound, type CloudProfile, type StackState } from "./CloudDomain.ts"
+import { CloudStacksRepo, type StackRow } from "./CloudStacksRepo.ts"
+import { ComputeProvider } from "./ComputeProvider.ts"
+import { Routing } from "./Routing.ts"
+import { SleepOperation } from "./SleepOperation.ts"
+import { Wakes } from "./Wakes.ts"
+
+// The operator's side of the cloud: registering stacks and their hosts, sleeping, waking, recovering, suspending,
+// resuming, holding and archiving, and what an operator may see of a stack (states and counts, never a receipt's
+// fingerprints). Every change is one fenced statement with its audit row (CloudStacksRepo).
+
+export interface StackView {
+  readonly stack: string
+  readonly state: StackState
+  readonly profiles: ReadonlyArray<string>
+  readonly upstream: string | null
+  readonly recoveryHold: boolean
+  readonly receipt: { readonly storedAt: string; readonly keys: number; readonly connectorBindings: number } | null
+  readonly stateChangedAt: string
+}
+
+export const viewOf = (row: StackRow): StackView => ({
+  stack: row.id,
+  state: row.state,
+  profiles: row.profiles,
+  upstream: row.upstream,
+  recoveryHold: row.recovery_hold,
+  receipt: row.receipt === null || row.receipt_stored_at === null
+    ? null
+    : {
+      storedAt: row.receipt_stored_at.toISOString(),
+      keys: row.receipt.profiles["tenant-api-http-v2"]?.keys.length ?? 0,
+      connectorBindings: row.receipt.profiles["github-broker-events-v1"]?.bindingCount ?? 0
+    },
+  stateChangedAt: row.state_changed_at.toISOString()
+})
+
+export interface NewStackInput {
+  readonly stack: StackId
+  readonly audience: string
+  readonly reportKey: string
+  readonly profiles: ReadonlyArray<CloudProfile>
+}
+
+const MAX_LIST = 1000
+
+export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-wake/CloudStacks", {
+  effect: Effect.gen(function* () {
+    const repo = yield* CloudStacksRepo
+    const compute = yield* ComputeProvider
+    const sleeper = yield* SleepOperation
+    const wakes = yield* Wakes
+    const routing = yield* Routing
+    const admission = yield* Admission
+
+    const notFound = (correlationId: string) => Effect.fail(new CloudNotFound({ reason: "stack-unknown", correlationId: correlationId as never }))
+    const conflict = (reason: CloudConflict["reason"], correlationId: string, state?: StackState) =>
+      Effect.fail(new CloudConflict({ reason, correlationId: correlationId as never, ...(state === undefined ? {} : { state }) }))
+
+    const existing = (stack: string, correlationId: string) =>
+      Effect.flatMap(repo.get(stack), Option.match({ onNone: () => notFound(correlationId), onSome: Effect.succeed }))
+
+    /** A settled change of this stack, or the conflict with the state it is in now. */
+    const settled = (stack: string, correlationId: string) => (moved: Option.Option<StackRow>) =>
+      Effect.gen(function* () {
+        yield* routing.changed(stack)
+        if (Option.isSome(moved)) return viewOf(moved.value)
+        const now = yield* existing(stack, correlationId)
+        return yield* conflict(now.state === "archived" ? "stack-archived" : "stack-state", correlationId, now.state)
+      })
+
+    /**
+     * A new stack, awake: the provider is asked for its compute (started if it was not running) so the row knows
+     * where it listens. The report key is `keyId:publicKey` (unpadded base64url of the raw 32-byte key).
+     */
+    const register = Effect.fn("CloudStacks.register")(function* (input: NewStackInput, correlationId: string) {
+      const [keyId, publicKey] = input.reportKey.split(":")
+      const target = yield* compute.prepare(input.stack)
+      const created = yield* repo.register(
+        {
+          id: input.stack,
+          audience: input.audience,
+          reportKeyId: keyId!,
+          reportPublicKey: publicKey!,
+          profiles: [...new Set(input.profiles)],
+          upstream: target.upstream
+        },
+        correlationId
+      )
+      if (Option.isNone(created)) return yield* conflict("stack-exists", correlationId)
+      yield* routing.changed(input.stack)
+      return viewOf(created.value)
+    })
+
+    const addHost = Effect.fn("CloudStacks.addHost")(function* (stack: string, host: string, correlationId: string) {
+      const outcome = yield* repo.addHost(host, stack, correlationId)
+      if (outcome === "stack-unknown") return yield* notFound(correlationId)
+      if (outcome === "host-taken") return yield* conflict("host-taken", correlationId)
+      yield* routing.changed(stack)
+      return { host, stack, outcome }
+    })
+
+    const removeHost = Effect.fn("CloudStacks.removeHost")(function* (stack: string, host: string, correlationId: string) {
+      const removed = yield* repo.removeHost(host, stack, correlationId)
+      if (!removed) return yield* Effect.fail(new CloudNotFound({ reason: "host-unknown", correlationId: correlationId as never }))
+      yield* routing.changed(stack)
+      return { host, stack, outcome: "removed" as const }
+    })
+
+    const list = Effect.fn("CloudStacks.list")(function* () {
+      const rows = yield* repo.list(MAX_LIST)
+      const counts = yield* repo.counts
+      return { stacks: rows.map(viewOf), counts }
+    })
+
+    const get = Effect.fn("CloudStacks.get")(function* (stack: string, correlationId: string) {
+      const row = yield* existing(stack, correlationId)
+      const hosts = yield* repo.routes({ stack })
+      const audit = yield* repo.audit(stack, 50)
+      return {
+        ...viewOf(row),
+        hosts: hosts.map((route) => route.host).sort(),
+        audit: audit.map((entry) => ({ action: entry.action, detail: entry.detail, correlationId: entry.correlation_id, at: entry.at.toISOString() }))
+      }
+    })
+
+    const sleep = Effect.fn("CloudStacks.sleep")(function* (stack: StackId, correlationId: string) {
+      yield* existing(stack, correlationId)
+      return yield* sleeper.sleep(stack, correlationId)
+    })
+
+    const recover = Effect.fn("CloudStacks.recover")(function* (stack: StackId, correlationId: string) {
+      yield* existing(stack, correlationId)
+      return yield* Effect.flatMap(sleeper.recover(stack, correlationId), settled(stack, correlationId))
+    })
+
+    /** An operator's wake of an asleep stack (no key): the same coalesced, fenced wake as a request's. */
+    const wake = Effect.fn("CloudStacks.wake")(function* (stack: StackId, correlationId: string) {
+      const row = yield* existing(stack, correlationId)
+      if (row.state === "awake") return viewOf(row)
+      if (row.receipt === null) return yield* conflict("stack-state", correlationId, row.state)
+      const ticket = yield* wakes.wake(stack, { challenge: row.receipt.challenge, fingerprint: null, connectorInstance: null }, "operator", correlationId)
+      const result = yield* Deferred.await(ticket).pipe(Effect.timeoutOption(Duration.sum(admission.readinessWait, Duration.seconds(5))))
+      const now = yield* existing(stack, correlationId)
+      if (Option.isSome(result) && result.value._tag === "Awake") return viewOf(now)
+      return yield* conflict("stack-state", correlationId, now.state)
+    })
+
+    /** Manual suspension: no wake, the receipt cleared, then compute stopped. */
+    const suspend = Effect.fn("CloudStacks.suspend")(function* (stack: StackId, correlationId: string) {
+      yield* existing(stack, correlationId)
+      const view = yield* Effect.flatMap(repo.suspend(stack, correlationId), settled(stack, correlationId))
+      const stop = yield* compute.stop(stack)
+      return { ...view, stop: stop._tag }
+    })
+
+    /** An operator's resume: compute started and ready, then the stack is awake. */
+    const resume = Effect.fn("CloudStacks.resume")(function* (stack: StackId, correlationId: string) {
+      const row = yield* existing(stack, correlationId)
+      if (row.state !== "suspended") return yield* conflict("stack-state", correlationId, row.state)
+      const target = yield* compute.prepare(stack)
+      const ready = yield* pollUntil(Effect.map(compute.readiness(stack, target), (ok) => (ok ? true : undefined)), Duration.millis(200)).pipe(
+        Effect.timeoutOption(admission.readinessWait)
+      )
+      if (Option.isNone(ready)) return yield* conflict("stack-state", correlationId, row.state)
+      return yield* Effect.flatMap(repo.resume(stack, target.upstream, correlationId), settled(stack, correlationId))
+    })
+
+    const setRecoveryHold = Effect.fn("CloudStacks.setRecoveryHold")(function* (stack: StackId, hold: boolean, correlationId: string) {
+      yield* existing(stack, correlationId)
+      return yield* Effect.flatMap(repo.setRecoveryHold(stack, hold, correlationId), settled(stack, correlationId))
+    })
+
+    /** Archive: the receipt cleared and the hosts removed in one transaction, then compute stopped. */
+    const archive = Effect.fn("CloudStacks.archive")(function* (stack: StackId, correlationId: string) {
+      yield* existing(stack, correlationId)
+      const view = yield* Effect.flatMap(repo.archive(stack, correlationId), settled(stack, correlationId))
+      const stop = yield* compute.stop(stack)
+      return { ...view, stop: stop._tag }
+    })
+
+    return { register, addHost, removeHost, list, get, sleep, recover, wake, suspend, resume, setRecoveryHold, archive, admission: admission.counters } as const
+  })
+}) {}
+
+/** `keyId:publicKey` with a raw 32-byte Ed25519 public key in unpadded base64url. */
+export const isReportKey = (text: string): boolean => {
+  const parts = text.split(":")
+  return parts.length === 2 && /^[a-z0-9][a-z0-9_-]{0,63}$/.test(parts[0]!) && Either.isRight(decodeBase64Url(parts[1]!, 32))
+}

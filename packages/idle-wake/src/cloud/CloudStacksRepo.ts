@@ -1,0 +1,349 @@
+import { storageErrors } from "@delivery/core"
+import { SqlClient, type Statement } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import { type IncomingProof } from "../Protocol.ts"
+import { CloudStorageUnavailable, type StackId, type StackState } from "./CloudDomain.ts"
+
+// SQL of the cloud's stacks, hosts and audit (migration 0022); private to the package. Every transition is one
+// statement: the fenced UPDATE and its audit row commit together (a data-modifying CTE), and the table's trigger
+// notifies every cloud process's routing cache at commit.
+
+const storage = (operation: string) => storageErrors(operation, (fault) => new CloudStorageUnavailable(fault))
+
+export const StackRow = Schema.Struct({
+  id: Schema.String,
+  audience: Schema.String,
+  report_key_id: Schema.String,
+  report_public_key: Schema.String,
+  profiles: Schema.Array(Schema.String),
+  upstream: Schema.NullOr(Schema.String),
+  state: Schema.String,
+  recovery_hold: Schema.Boolean,
+  op_attempt: Schema.Number,
+  op_lease_expires_at: Schema.NullOr(Schema.DateFromSelf),
+  wake_attempt: Schema.Number,
+  wake_lease_expires_at: Schema.NullOr(Schema.DateFromSelf),
+  receipt: Schema.NullOr(Schema.Unknown),
+  receipt_stored_at: Schema.NullOr(Schema.DateFromSelf),
+  state_changed_at: Schema.DateFromSelf,
+  created_at: Schema.DateFromSelf
+})
+export type StackRow = typeof StackRow.Type & { readonly state: StackState; readonly receipt: IncomingProof | null }
+
+const decodeStack = Schema.decodeUnknown(StackRow)
+const decodeStacks = Schema.decodeUnknown(Schema.Array(StackRow))
+
+const STACK_COLUMNS = `id, audience, report_key_id, report_public_key, profiles, upstream, state, recovery_hold, op_attempt,
+  op_lease_expires_at, wake_attempt, wake_lease_expires_at, receipt, receipt_stored_at, state_changed_at, created_at`
+
+export const RouteRow = Schema.Struct({
+  host: Schema.String,
+  stack_id: Schema.String,
+  state: Schema.String,
+  upstream: Schema.NullOr(Schema.String),
+  op_lease_expires_at: Schema.NullOr(Schema.DateFromSelf)
+})
+export type RouteRow = typeof RouteRow.Type
+const decodeRoutes = Schema.decodeUnknown(Schema.Array(RouteRow))
+
+export interface AuditEntry {
+  readonly action: string
+  readonly detail?: Record<string, string | number | boolean | null>
+  readonly correlationId?: string | undefined
+}
+
+export interface NewStack {
+  readonly id: StackId
+  readonly audience: string
+  readonly reportKeyId: string
+  readonly reportPublicKey: string
+  readonly profiles: ReadonlyArray<string>
+  readonly upstream: string
+}
+
+/** Stacks whose row may not be changed by any route or operation any more. */
+const LIVE = "state <> 'archived'"
+
+export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@delivery/idle-wake/CloudStacksRepo", {
+  effect: Effect.gen(function* () {
+    const sql = yield* SqlClient.SqlClient
+    const columns = sql.literal(STACK_COLUMNS)
+
+    /**
+     * One fenced transition with its audit row: `set` and `where` apply to `idle_wake_cloud_stacks` (alias `s`);
+     * none when no row matched (the fence refused it). `state_changed_at` moves with every transition.
+     */
+    const transition = (stack: string, set: Statement.Fragment, where: Statement.Fragment, audit: AuditEntry) =>
+      Effect.flatMap(
+        sql`
+          WITH moved AS (
+            UPDATE idle_wake_cloud_stacks s SET ${set}, state_changed_at = now()
+            WHERE s.id = ${stack} AND ${where}
+            RETURNING ${columns}
+          ), audit AS (
+            INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
+            SELECT id, ${audit.action}, ${JSON.stringify(audit.detail ?? {})}::jsonb, ${audit.correlationId ?? null}, now() FROM moved
+          )
+          SELECT * FROM moved`.withoutTransform,
+        (rows) => (rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeStack(rows[0]), (row) => Option.some(row as StackRow)))
+      )
+
+    const register = (stack: NewStack, correlationId: string) =>
+      sql.withTransaction(Effect.gen(function* () {
+        const rows = yield* sql`
+          INSERT INTO idle_wake_cloud_stacks
+            (id, audience, report_key_id, report_public_key, profiles, upstream, state, state_changed_at, created_at)
+          VALUES (${stack.id}, ${stack.audience}, ${stack.reportKeyId}, ${stack.reportPublicKey},
+                  string_to_array(${stack.profiles.join(",")}, ','), ${stack.upstream}, 'awake', now(), now())
+          ON CONFLICT (id) DO NOTHING
+          RETURNING ${columns}`.withoutTransform
+        if (rows.length === 0) return Option.none<StackRow>()
+        yield* sql`
+          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
+          VALUES (${stack.id}, 'registered', ${JSON.stringify({ profiles: stack.profiles.join(",") })}::jsonb, ${correlationId}, now())`
+        return Option.some((yield* decodeStack(rows[0])) as StackRow)
+      })).pipe(storage("registerStack"))
+
+    const get = (stack: string) =>
+      Effect.flatMap(
+        sql`SELECT ${columns} FROM idle_wake_cloud_stacks WHERE id = ${stack}`.withoutTransform,
+        (rows) => (rows.length === 0 ? Effect.succeed(Option.none<StackRow>()) : Effect.map(decodeStack(rows[0]), (row) => Option.some(row as StackRow)))
+      ).pipe(storage("getStack"))
+
+    const list = (limit: number) =>
+      Effect.map(
+        Effect.flatMap(sql`SELECT ${columns} FROM idle_wake_cloud_stacks ORDER BY id LIMIT ${limit}`.withoutTransform, decodeStacks),
+        (rows) => rows as ReadonlyArray<StackRow>
+      ).pipe(storage("listStacks"))
+
+    const counts = Effect.map(
+      sql<{ state: string; stacks: number; receipts: number }>`
+        SELECT state, count(*)::int AS stacks, count(receipt)::int AS receipts
+        FROM idle_wake_cloud_stacks GROUP BY state ORDER BY state`.withoutTransform,
+      (rows) => rows.map((row) => ({ state: row.state, stacks: row.stacks, receipts: row.receipts }))
+    ).pipe(storage("countStacks"))
+
+    /** Hosts with their stack's routing state: all of them, a stack's, or one host's (for the routing cache). */
+    const routes = (filter: { readonly stack?: string; readonly host?: string }) =>
+      Effect.flatMap(
+        sql`
+          SELECT h.host, h.stack_id, s.state, s.upstream, s.op_lease_expires_at
+          FROM idle_wake_cloud_hosts h JOIN idle_wake_cloud_stacks s ON s.id = h.stack_id
+          WHERE ${filter.stack === undefined ? sql`true` : sql`h.stack_id = ${filter.stack}`}
+            AND ${filter.host === undefined ? sql`true` : sql`h.host = ${filter.host}`}`.withoutTransform,
+        decodeRoutes
+      ).pipe(storage("readRoutes"))
+
+    const addHost = (host: string, stack: string, correlationId: string) =>
+      sql.withTransaction(Effect.gen(function* () {
+        const live = yield* sql`SELECT 1 FROM idle_wake_cloud_stacks WHERE id = ${stack} AND ${sql.literal(LIVE)} FOR UPDATE`.withoutTransform
+        if (live.length === 0) return "stack-unknown" as const
+        const inserted = yield* sql`
+          INSERT INTO idle_wake_cloud_hosts (host, stack_id, created_at) VALUES (${host}, ${stack}, now())
+          ON CONFLICT (host) DO NOTHING RETURNING stack_id`.withoutTransform
+        if (inserted.length === 0) {
+          const owner = yield* sql<{ stack_id: string }>`SELECT stack_id FROM idle_wake_cloud_hosts WHERE host = ${host}`.withoutTransform
+          return owner[0]?.stack_id === stack ? "unchanged" as const : "host-taken" as const
+        }
+        yield* sql`
+          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
+          VALUES (${stack}, 'host-added', ${JSON.stringify({ host })}::jsonb, ${correlationId}, now())`
+        return "added" as const
+      })).pipe(storage("addHost"))
+
+    const removeHost = (host: string, stack: string, correlationId: string) =>
+      sql.withTransaction(Effect.gen(function* () {
+        const removed = yield* sql`DELETE FROM idle_wake_cloud_hosts WHERE host = ${host} AND stack_id = ${stack} RETURNING host`.withoutTransform
+        if (removed.length === 0) return false
+        yield* sql`
+          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
+          VALUES (${stack}, 'host-removed', ${JSON.stringify({ host })}::jsonb, ${correlationId}, now())`
+        return true
+      })).pipe(storage("removeHost"))
+
+    // --- The sleep operation (fenced by op_attempt) ---------------------------------------------------------------
+
+    /** The sleep operation lock: an awake stack (or one whose earlier cycle's lease ended) moves to draining. */
+    const claimSleep = (stack: string, leaseMs: number, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'draining', op_attempt = s.op_attempt + 1, op_lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'`,
+        sql`(s.state = 'awake' OR (s.state = 'draining' AND s.op_lease_expires_at < now()))`,
+        { action: "sleep-started", correlationId }
+      ).pipe(storage("claimSleep"))
+
+    /** The receipt, stored in its one column under the sleep operation lock before compute is stopped. */
+    const storeReceipt = (stack: string, attempt: number, receipt: IncomingProof, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'stopping', receipt = ${JSON.stringify(receipt)}::jsonb, receipt_stored_at = now()`,
+        sql`s.op_attempt = ${attempt} AND s.state = 'draining' AND s.op_lease_expires_at >= now()`,
+        { action: "receipt-stored", detail: { opAttempt: attempt }, correlationId }
+      ).pipe(storage("storeReceipt"))
+
+    /** A known sleep abort: back to awake, the receipt (if any) cleared. */
+    const abortSleep = (stack: string, attempt: number, code: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'awake', receipt = NULL, receipt_stored_at = NULL, op_lease_expires_at = NULL`,
+        sql`s.op_attempt = ${attempt} AND s.state IN ('draining', 'stopping')`,
+        { action: "sleep-aborted", detail: { code, opAttempt: attempt }, correlationId }
+      ).pipe(storage("abortSleep"))
+
+    const stopped = (stack: string, attempt: number, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'asleep', op_lease_expires_at = NULL`,
+        sql`s.op_attempt = ${attempt} AND s.state = 'stopping'`,
+        { action: "asleep", detail: { opAttempt: attempt }, correlationId }
+      ).pipe(storage("markAsleep"))
+
+    /** The stop could not be confirmed: the receipt stays for recovery. */
+    const stopUncertain = (stack: string, attempt: number, code: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'stop-uncertain', op_lease_expires_at = NULL`,
+        sql`s.op_attempt = ${attempt} AND s.state = 'stopping'`,
+        { action: "stop-uncertain", detail: { code, opAttempt: attempt }, correlationId }
+      ).pipe(storage("markStopUncertain"))
+
+    /**
+     * Recovery of an uncertain stop (or of a cycle whose owner died while stopping): the provider says whether the
+     * compute runs. Stopped: asleep, the receipt kept. Running: awake, the receipt cleared (the tenant serves again).
+     */
+    const recover = (stack: string, running: boolean, correlationId: string) =>
+      transition(
+        stack,
+        running
+          ? sql`state = 'awake', receipt = NULL, receipt_stored_at = NULL, op_lease_expires_at = NULL`
+          : sql`state = 'asleep', op_lease_expires_at = NULL`,
+        sql`(s.state = 'stop-uncertain' OR (s.state = 'stopping' AND s.op_lease_expires_at < now()))`,
+        { action: running ? "recovered-awake" : "recovered-asleep", correlationId }
+      ).pipe(storage("recoverStack"))
+
+    // --- Wakes (fenced by wake_attempt) ---------------------------------------------------------------------------
+
+    /**
+     * The wake claim, atomic against the exact cycle, key and expiry: the stored receipt must still be the one the
+     * caller matched (its challenge), and, for a key wake, still hold that fingerprint unexpired now. A stack that is
+     * waking under a live lease is someone else's wake; an expired one is claimable again.
+     */
+    const claimWake = (
+      stack: string,
+      match: { readonly challenge: string; readonly fingerprint: string | null; readonly connectorInstance: string | null },
+      leaseMs: number,
+      correlationId: string
+    ) => {
+      const keyMatch = match.fingerprint === null
+        ? sql`true`
+        : sql`EXISTS (
+            SELECT 1 FROM jsonb_array_elements(s.receipt -> 'profiles' -> 'tenant-api-http-v2' -> 'keys') k
+            WHERE k ->> 'fingerprint' = ${match.fingerprint}
+              AND (k ->> 'expiresAt' IS NULL OR (k ->> 'expiresAt')::timestamptz > now()))`
+      const connectorMatch = match.connectorInstance === null
+        ? sql`true`
+        : sql`s.receipt -> 'profiles' -> 'github-broker-events-v1' ->> 'connectorInstance' = ${match.connectorInstance}`
+      return transition(
+        stack,
+        sql`state = 'waking', wake_attempt = s.wake_attempt + 1, wake_lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'`,
+        sql`NOT s.recovery_hold
+          AND (s.state IN ('asleep', 'stop-uncertain')
+            OR (s.state = 'waking' AND s.wake_lease_expires_at < now())
+            OR (s.state = 'stopping' AND s.op_lease_expires_at < now()))
+          AND s.receipt ->> 'challenge' = ${match.challenge}
+          AND ${keyMatch} AND ${connectorMatch}`,
+        { action: "wake-claimed", detail: { by: match.fingerprint !== null ? "api-key" : match.connectorInstance !== null ? "connector-event" : "operator" }, correlationId }
+      ).pipe(storage("claimWake"))
+    }
+
+    /** A successful wake clears the receipt and refreshes routing (the compute's current address). */
+    const woke = (stack: string, attempt: number, upstream: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'awake', upstream = ${upstream}, receipt = NULL, receipt_stored_at = NULL, wake_lease_expires_at = NULL`,
+        sql`s.wake_attempt = ${attempt} AND s.state = 'waking'`,
+        { action: "awake", detail: { wakeAttempt: attempt }, correlationId }
+      ).pipe(storage("markAwake"))
+
+    /** A same-cycle failed wake keeps the receipt: the stack is asleep again and may be woken again. */
+    const wakeFailed = (stack: string, attempt: number, code: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'asleep', wake_lease_expires_at = NULL`,
+        sql`s.wake_attempt = ${attempt} AND s.state = 'waking'`,
+        { action: "wake-failed", detail: { code, wakeAttempt: attempt }, correlationId }
+      ).pipe(storage("markWakeFailed"))
+
+    // --- Operator changes -----------------------------------------------------------------------------------------
+
+    /** Manual suspension: no wake from now on, the receipt cleared; compute is stopped by the caller. */
+    const suspend = (stack: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'suspended', receipt = NULL, receipt_stored_at = NULL, op_attempt = s.op_attempt + 1,
+            op_lease_expires_at = NULL, wake_attempt = s.wake_attempt + 1, wake_lease_expires_at = NULL`,
+        sql`s.state IN ('awake', 'asleep', 'stop-uncertain', 'draining', 'stopping', 'waking')`,
+        { action: "suspended", correlationId }
+      ).pipe(storage("suspendStack"))
+
+    /** An operator's resume: the compute was started by the caller and is ready. */
+    const resume = (stack: string, upstream: string, correlationId: string) =>
+      transition(
+        stack,
+        sql`state = 'awake', upstream = ${upstream}`,
+        sql`s.state = 'suspended'`,
+        { action: "resumed", correlationId }
+      ).pipe(storage("resumeStack"))
+
+    const setRecoveryHold = (stack: string, hold: boolean, correlationId: string) =>
+      transition(
+        stack,
+        sql`recovery_hold = ${hold}`,
+        sql`s.${sql.literal(LIVE)}`,
+        { action: hold ? "recovery-hold-set" : "recovery-hold-released", correlationId }
+      ).pipe(storage("setRecoveryHold"))
+
+    /** Archive: the receipt cleared, the hosts removed, every lease fenced off; compute is stopped by the caller. */
+    const archive = (stack: string, correlationId: string) =>
+      sql.withTransaction(Effect.gen(function* () {
+        const moved = yield* transition(
+          stack,
+          sql`state = 'archived', receipt = NULL, receipt_stored_at = NULL, op_attempt = s.op_attempt + 1,
+              op_lease_expires_at = NULL, wake_attempt = s.wake_attempt + 1, wake_lease_expires_at = NULL`,
+          sql`s.${sql.literal(LIVE)}`,
+          { action: "archived", correlationId }
+        )
+        if (Option.isSome(moved)) yield* sql`DELETE FROM idle_wake_cloud_hosts WHERE stack_id = ${stack}`
+        return moved
+      })).pipe(storage("archiveStack"))
+
+    const audit = (stack: string, limit: number) =>
+      sql<{ id: string; action: string; detail: unknown; correlation_id: string | null; at: Date }>`
+        SELECT id::text AS id, action, detail, correlation_id, at FROM idle_wake_cloud_audit
+        WHERE stack_id = ${stack} ORDER BY id DESC LIMIT ${limit}`.withoutTransform.pipe(storage("readAudit"))
+
+    return {
+      register,
+      get,
+      list,
+      counts,
+      routes,
+      addHost,
+      removeHost,
+      claimSleep,
+      storeReceipt,
+      abortSleep,
+      stopped,
+      stopUncertain,
+      recover,
+      claimWake,
+      woke,
+      wakeFailed,
+      suspend,
+      resume,
+      setRecoveryHold,
+      archive,
+      audit
+    } as const
+  })
+}) {}
