@@ -1,10 +1,54 @@
 import { probePort } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
+import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
-import { makeStack, op, registerStack, sleepStack, stackState, startCloud, startsOf, viaProxy } from "./support/Cloud.ts"
-import { call } from "./support/Http.ts"
+import { Effect, Fiber } from "effect"
+import { existsSync, mkdtempSync, readFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import {
+  admissionOf,
+  type Cloud,
+  makeStack,
+  op,
+  registerStack,
+  resettingUpstreamEntry,
+  sleepStack,
+  slowTenantEntry,
+  stackState,
+  type StackSpec,
+  startCloud,
+  startsOf,
+  viaProxy,
+  waitForHeld
+} from "./support/Cloud.ts"
+import { type Answer, call } from "./support/Http.ts"
 import { tenantWithKey } from "./support/Receipts.ts"
+
+/** A request that reaches the tenant without holding its API activity (no route: 404), so the stack can sleep again. */
+const NO_ROUTE = "/api/no-such-route"
+
+/** A proxy refusal: its reason, a Retry-After header matching the body, nothing of the tenant's. */
+const expectRefused = (answer: Answer, status: number, reason: string) => {
+  expect({ status: answer.status, tag: answer.json?._tag, reason: answer.json?.reason }).toEqual({ status, tag: "WakeRefused", reason })
+  expect(answer.headers["x-correlation-id"]).toBe(answer.json.correlationId)
+  if (status === 429 || status === 503) {
+    expect(Number(answer.headers["retry-after"])).toBeGreaterThanOrEqual(1)
+    expect(answer.json.retryAfter).toBe(Number(answer.headers["retry-after"]))
+  }
+}
+
+/** A request from the given source (the cloud trusts 127.0.0.1 as its proxy hop in these tests). */
+const from = (source: string, token?: string) => ({ headers: { "x-forwarded-for": source }, ...(token === undefined ? {} : { token }) })
+
+/** Registers, provisions a key on the tenant and puts the stack to sleep. */
+const asleepWithKey = (cloud: Cloud, stack: StackSpec, host: string) =>
+  Effect.gen(function* () {
+    yield* registerStack(cloud, stack, host)
+    const { token } = yield* tenantWithKey(stack.port, ["receipts:write"])
+    expect(yield* sleepStack(cloud, stack)).toEqual({ outcome: "asleep" })
+    return token
+  })
 
 // Spec 001's cloud side through the shipped process: `bun run start` with ROLE=cloud, its wake proxy and operator
 // routes, and real tenant backends that its local compute provider starts and stops.
@@ -48,5 +92,214 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("idle w
       expect(again).toMatchObject({ outcome: "refused", code: "report-not-idle", blockers: [{ code: "local-api-activity" }] })
       expect((yield* stackState(cloud, stack)).state).toBe("awake")
       expect(startsOf(cloud, stack)).toBe(startsBefore + 1)
+    }))
+
+  it.scoped("100 concurrent requests to a sleeping stack cause one provider start, and each gets an answer within the bounds; routes that may not wake never start it", () =>
+    Effect.gen(function* () {
+      const stack = yield* makeStack()
+      const cloud = yield* startCloud({ stacks: [stack], env: { IDLE_WAKE_TRUSTED_PROXY: "127.0.0.1" } })
+      const host = `${stack.id}.tenants.test`
+      const token = yield* asleepWithKey(cloud, stack, host)
+      const before = startsOf(cloud, stack)
+
+      // Never a wake path: other routes, reserved protocols, upgrades, odd methods, unknown hosts.
+      expectRefused(yield* viaProxy(cloud, host, "GET", "/health", from("198.51.100.1", token)), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "POST", "/idle-wake/v1/drain-reads", { ...from("198.51.100.1", token), body: {} }), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "GET", "/api/muse/session", from("198.51.100.2", token)), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "GET", "/api/mcp", from("198.51.100.2", token)), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "GET", "/api/a%2Fb", from("198.51.100.3", token)), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "GET", "/api/whoami", { ...from("198.51.100.3", token), headers: { "x-forwarded-for": "198.51.100.3", upgrade: "websocket", connection: "upgrade" } }), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, host, "PROPFIND", "/api/whoami", from("198.51.100.4", token)), 503, "route-not-wakeable")
+      expectRefused(yield* viaProxy(cloud, `other-${host}`, "GET", "/api/whoami", from("198.51.100.4", token)), 421, "host-unknown")
+      expect(startsOf(cloud, stack)).toBe(before)
+      expect(yield* probePort(stack.port)).toBe("refused")
+
+      const started = Date.now()
+      const answers = yield* Effect.all(
+        Array.from({ length: 100 }, (_, i) =>
+          Effect.map(viaProxy(cloud, host, "GET", NO_ROUTE, from(`203.0.113.${i}`, token)), (answer) => ({ answer, at: Date.now() - started }))),
+        { concurrency: "unbounded" }
+      )
+      expect(startsOf(cloud, stack)).toBe(before + 1)
+      const forwarded = answers.filter(({ answer }) => answer.json?._tag !== "WakeRefused")
+      const refused = answers.filter(({ answer }) => answer.json?._tag === "WakeRefused")
+      expect(forwarded.length).toBeGreaterThanOrEqual(1)
+      for (const { answer } of forwarded) expect(answer.status).toBe(404)
+      for (const { answer } of refused) {
+        expect(["stack-waiting-full", "waiting-full"]).toContain(answer.json.reason)
+        expectRefused(answer, 503, answer.json.reason)
+      }
+      // Within the readiness bound (90 s), by far.
+      for (const { at } of answers) expect(at).toBeLessThan(90_000)
+      expect((yield* stackState(cloud, stack)).state).toBe("awake")
+      const admission = yield* admissionOf(cloud)
+      expect(admission.wakesStarted).toBe(1)
+      expect(admission.waiting).toBe(0)
+    }))
+
+  it.scoped("a restarted cloud process reads the stored receipt and wakes the stack with it", () =>
+    Effect.gen(function* () {
+      const stack = yield* makeStack()
+      const first = yield* startCloud({ stacks: [stack] })
+      const host = `${stack.id}.tenants.test`
+      const token = yield* asleepWithKey(first, stack, host)
+      // The whole group (`bun run` and the backend it started); the stacks have process groups of their own.
+      process.kill(-first.process.pid, "SIGKILL")
+      yield* first.process.exitCode()
+
+      const second = yield* startCloud({ stacks: [stack], databaseUrl: first.databaseUrl, runDir: first.runDir, cloudSeed: first.cloudSeed })
+      expect(yield* stackState(second, stack)).toMatchObject({ state: "asleep", receipt: { keys: 1 } })
+      const woken = yield* viaProxy(second, host, "GET", "/api/whoami", { token })
+      expect(woken.status).toBe(200)
+      expect((yield* stackState(second, stack)).state).toBe("awake")
+    }))
+
+  it.scoped("a key revoked after the snapshot wakes the stack, and the awakened tenant refuses it", () =>
+    Effect.gen(function* () {
+      const sql = yield* SqlClient.SqlClient
+      const stack = yield* makeStack()
+      const cloud = yield* startCloud({ stacks: [stack] })
+      const host = `${stack.id}.tenants.test`
+      const token = yield* asleepWithKey(cloud, stack, host)
+      const before = startsOf(cloud, stack)
+      const lookupId = token.split("_")[1]!
+      yield* sql`UPDATE identity_api_keys SET revoked_at = now() WHERE lookup_id = ${lookupId}`
+      const answer = yield* viaProxy(cloud, host, "GET", "/api/whoami", { token })
+      expect(answer.status).toBe(401)
+      expect(answer.json).toMatchObject({ _tag: "Unauthenticated", reason: "revoked" })
+      expect(startsOf(cloud, stack)).toBe(before + 1)
+      expect((yield* stackState(cloud, stack)).state).toBe("awake")
+    }))
+
+  it.scoped("the source request budget and the waiting bounds (per source, per stack, in all) refuse with Retry-After before anything is forwarded", () =>
+    Effect.gen(function* () {
+      const slow = { SLOW_START_MS: "3000" }
+      const a = yield* makeStack({ env: slow })
+      const b = yield* makeStack({ env: slow })
+      const cloud = yield* startCloud({
+        stacks: [a, b],
+        env: {
+          IDLE_WAKE_TRUSTED_PROXY: "127.0.0.1",
+          IDLE_WAKE_LOCAL_ENTRY: slowTenantEntry,
+          IDLE_WAKE_SOURCE_REQUESTS_PER_MINUTE: "3",
+          IDLE_WAKE_WAITING_PER_SOURCE: "1",
+          IDLE_WAKE_WAITING_PER_STACK: "2",
+          IDLE_WAKE_WAITING_MAX: "3"
+        }
+      })
+      const hostA = `${a.id}.tenants.test`
+      const hostB = `${b.id}.tenants.test`
+      const tokenA = yield* asleepWithKey(cloud, a, hostA)
+      const tokenB = yield* asleepWithKey(cloud, b, hostB)
+
+      // The request budget counts every request to a stack that is not awake, unknown keys included.
+      const unknown = `${tokenA.slice(0, -4)}AAAA`
+      expectRefused(yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.9", unknown)), 401, "wake-key-unknown")
+      expectRefused(yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.9", unknown)), 401, "wake-key-unknown")
+      expectRefused(yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.9", unknown)), 401, "wake-key-unknown")
+      const overBudget = yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.9", tokenA))
+      expectRefused(overBudget, 429, "source-request-budget")
+      expect(Number(overBudget.headers["retry-after"])).toBeLessThanOrEqual(60)
+
+      const held1 = yield* Effect.fork(viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.1", tokenA)))
+      yield* waitForHeld(cloud, 1)
+      expectRefused(yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.1", tokenA)), 503, "source-waiting-full")
+      const held2 = yield* Effect.fork(viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.2", tokenA)))
+      yield* waitForHeld(cloud, 2)
+      expectRefused(yield* viaProxy(cloud, hostA, "GET", NO_ROUTE, from("192.0.2.3", tokenA)), 503, "stack-waiting-full")
+      const held3 = yield* Effect.fork(viaProxy(cloud, hostB, "GET", NO_ROUTE, from("192.0.2.4", tokenB)))
+      yield* waitForHeld(cloud, 3)
+      expectRefused(yield* viaProxy(cloud, hostB, "GET", NO_ROUTE, from("192.0.2.5", tokenB)), 503, "waiting-full")
+
+      // The held requests are forwarded once their stacks are ready.
+      for (const fiber of [held1, held2, held3]) expect((yield* Fiber.join(fiber)).status).toBe(404)
+      const admission = yield* admissionOf(cloud)
+      expect(admission).toMatchObject({ waiting: 0, wakesStarted: 2 })
+      expect(admission.refusals).toMatchObject({
+        "wake-key-unknown": 3,
+        "source-request-budget": 1,
+        "source-waiting-full": 1,
+        "stack-waiting-full": 1,
+        "waiting-full": 1
+      })
+    }))
+
+  it.scoped("the pending-preparation bound and the stack, source and aggregate wake budgets refuse with Retry-After; capacity refusals spend no budget", () =>
+    Effect.gen(function* () {
+      const stacks = [
+        yield* makeStack({ env: { SLOW_START_MS: "3000" } }),
+        yield* makeStack(),
+        yield* makeStack(),
+        yield* makeStack()
+      ]
+      const [a, b, c, d] = stacks as [StackSpec, StackSpec, StackSpec, StackSpec]
+      const cloud = yield* startCloud({
+        stacks,
+        env: {
+          IDLE_WAKE_TRUSTED_PROXY: "127.0.0.1",
+          IDLE_WAKE_LOCAL_ENTRY: slowTenantEntry,
+          IDLE_WAKE_PREPARATIONS_MAX: "1",
+          IDLE_WAKE_STACK_WAKES_PER_HOUR: "1",
+          IDLE_WAKE_SOURCE_WAKES_PER_10_MINUTES: "1",
+          IDLE_WAKE_WAKES_PER_MINUTE: "2"
+        }
+      })
+      const host = (stack: StackSpec) => `${stack.id}.tenants.test`
+      const tokens = []
+      for (const stack of stacks) tokens.push(yield* asleepWithKey(cloud, stack, host(stack)))
+      const [ta, tb, tc, td] = tokens as [string, string, string, string]
+
+      // A's wake holds the only preparation slot for its slow start.
+      const wakeA = yield* Effect.fork(viaProxy(cloud, host(a), "GET", NO_ROUTE, from("192.0.2.1", ta)))
+      yield* waitForHeld(cloud, 1)
+      expectRefused(yield* viaProxy(cloud, host(b), "GET", NO_ROUTE, from("192.0.2.2", tb)), 503, "preparations-full")
+      expect((yield* Fiber.join(wakeA)).status).toBe(404)
+
+      // Source 192.0.2.1 spent its one wake on A.
+      expectRefused(yield* viaProxy(cloud, host(c), "GET", NO_ROUTE, from("192.0.2.1", tc)), 429, "source-wake-budget")
+      // The preparations-full refusal spent none of B's budget: B wakes (the aggregate's second wake).
+      expect((yield* viaProxy(cloud, host(b), "GET", NO_ROUTE, from("192.0.2.3", tb))).status).toBe(404)
+      // The aggregate budget (2 a minute) is spent.
+      expectRefused(yield* viaProxy(cloud, host(d), "GET", NO_ROUTE, from("192.0.2.4", td)), 429, "wake-budget")
+      // A again, after another sleep: its stack budget (1 an hour) is spent.
+      expect(yield* sleepStack(cloud, a)).toEqual({ outcome: "asleep" })
+      const stackBudget = yield* viaProxy(cloud, host(a), "GET", NO_ROUTE, from("192.0.2.5", ta))
+      expectRefused(stackBudget, 429, "stack-wake-budget")
+      expect(Number(stackBudget.headers["retry-after"])).toBeGreaterThan(60)
+      expect((yield* admissionOf(cloud)).wakesStarted).toBe(2)
+      for (const stack of [c, d]) expect((yield* stackState(cloud, stack)).state).toBe("asleep")
+    }))
+
+  it.scoped("a streamed mutation is forwarded once and never replayed after the upstream resets mid-request", () =>
+    Effect.gen(function* () {
+      const stack = yield* makeStack()
+      const dir = mkdtempSync(join(tmpdir(), "reset-upstream-"))
+      const log = join(dir, "requests.log")
+      const cloud = yield* startCloud({
+        stacks: [{ ...stack, env: { RESET_LOG: log } }],
+        env: { IDLE_WAKE_LOCAL_ENTRY: resettingUpstreamEntry }
+      })
+      const host = `${stack.id}.tenants.test`
+      const registered = yield* call(cloud.port, "POST", "/operator/cloud/stacks", {
+        ...op,
+        body: { stack: stack.id, audience: stack.audience, reportKey: `r-1:${"A".repeat(42)}A`, profiles: ["tenant-api-http-v2"] }
+      })
+      expect(registered.status).toBe(201)
+      expect((yield* call(cloud.port, "POST", `/operator/cloud/stacks/${stack.id}/hosts`, { ...op, body: { host } })).status).toBe(201)
+
+      const chunks = ["{\"commandId\":\"c-1\",", "\"amount\":1}"]
+      const body = new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          const next = chunks.shift()
+          if (next === undefined) return controller.close()
+          controller.enqueue(new TextEncoder().encode(next))
+          await new Promise((resolve) => setTimeout(resolve, 100))
+        }
+      })
+      const answer = yield* viaProxy(cloud, host, "POST", "/api/receipts", { body })
+      expectRefused(answer, 502, "upstream-ambiguous")
+      // Give a replay, if there were one, time to arrive.
+      yield* Effect.sleep("500 millis")
+      expect(existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : []).toEqual(["POST /api/receipts HTTP/1.1"])
     }))
 })

@@ -1,7 +1,7 @@
 import { createDatabase, freePort, OPERATOR_TOKEN, spawnBunScript, TestDatabase } from "@delivery/testing"
 import { encodeBase64Url, privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
 import { PgClusterFromVitest } from "@delivery/testing/vitest"
-import { Effect } from "effect"
+import { Effect, Schedule } from "effect"
 import { createPublicKey, randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -144,3 +144,18 @@ export const startsOf = (cloud: Cloud, stack: StackSpec): number => {
   const file = join(cloud.runDir, `${stack.id}.log`)
   return existsSync(file) ? (readFileSync(file, "utf8").match(/listening on http:/g) ?? []).length : 0
 }
+
+/** The cloud's admission counters now. */
+export const admissionOf = (cloud: Cloud) => Effect.map(call(cloud.port, "GET", "/operator/cloud/admission", op), (answer) => answer.json)
+
+/** Waits until the cloud holds exactly `count` requests (they are waiting for a stack). */
+export const waitForHeld = (cloud: Cloud, count: number) =>
+  admissionOf(cloud).pipe(
+    Effect.repeat({ until: (admission) => admission.waiting === count, schedule: Schedule.spaced("50 millis") }),
+    Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error(`the cloud never held ${count} request(s)`) }),
+    Effect.asVoid
+  )
+
+/** The tenant entry whose cold start takes SLOW_START_MS (set in the stack's env). */
+export const slowTenantEntry = new URL("../fixtures/SlowTenant.ts", import.meta.url).pathname
+export const resettingUpstreamEntry = new URL("../fixtures/ResettingUpstream.ts", import.meta.url).pathname

@@ -103,7 +103,6 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
     const preparation = Effect.suspend(() => {
       if (preparations >= settings.preparationsMax) return refuse("preparations-full", CAPACITY_RETRY_AFTER)
       preparations += 1
-      wakesStarted += 1
       let released = false
       return Effect.succeed(Effect.sync(() => {
         if (released) return
@@ -114,6 +113,11 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
 
     const refused = (reason: WakeRefusalReason) => Effect.sync(() => bump(refusals, reason, 1))
 
+    /** A wake this process claimed and started (what the operator view counts as a provider start). */
+    const started = Effect.sync(() => {
+      wakesStarted += 1
+    })
+
     const counters = Effect.sync((): AdmissionCounters => ({
       waiting,
       waitingStacks: waitingByStack.size,
@@ -123,7 +127,7 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
       refusals: Object.fromEntries([...refusals].sort(([a], [b]) => a.localeCompare(b)))
     }))
 
-    return { requestBudget, hold, wakeBudget, preparation, refused, counters, readinessWait: settings.readinessWait } as const
+    return { requestBudget, hold, wakeBudget, preparation, refused, started, counters, readinessWait: settings.readinessWait } as const
   })
 }) {}
 

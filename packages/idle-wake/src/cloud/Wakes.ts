@@ -91,11 +91,15 @@ export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", 
     /** Budgets, a preparation slot and the database claim; then the waker's work, or another process's outcome. */
     const start = (stack: StackId, match: WakeMatch, source: string, correlationId: string) =>
       Effect.gen(function* () {
-        const budget = yield* Effect.either(admission.wakeBudget(stack, source))
-        if (budget._tag === "Left") return { _tag: "Refused", refusal: budget.left } as WakeResult
+        // Capacity before quota: a wake refused for want of a preparation slot spends no budget.
         const slot = yield* Effect.either(admission.preparation)
         if (slot._tag === "Left") return { _tag: "Refused", refusal: slot.left } as WakeResult
         const release = slot.right
+        const budget = yield* Effect.either(admission.wakeBudget(stack, source))
+        if (budget._tag === "Left") {
+          yield* release
+          return { _tag: "Refused", refusal: budget.left } as WakeResult
+        }
         const claimed = yield* Effect.either(repo.claimWake(stack, match, leaseMs, correlationId))
         if (claimed._tag === "Left") {
           yield* release
@@ -111,6 +115,7 @@ export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", 
           return { _tag: "NoMatch" } as WakeResult
         }
         yield* routing.changed(stack)
+        yield* admission.started
         yield* Effect.logInfo("wake started").pipe(Effect.annotateLogs({ stack, wakeAttempt: claimed.right.value.wake_attempt }))
         return yield* run(stack, claimed.right.value.wake_attempt, correlationId).pipe(Effect.ensuring(release))
       }).pipe(Effect.catchAll(() => Effect.succeed<WakeResult>({ _tag: "Refused", refusal: { reason: "storage-unavailable", retryAfter: 1 } })))
