@@ -1,7 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Either, Fiber, Option } from "effect"
+import { ConfigProvider, Duration, Effect, Either, Fiber, Option } from "effect"
 import { appConfig, CONFIG, defaultEmbeddedDataDir, formatConfigError } from "../src/Config.ts"
 import { backendMain, freePort, probePort, spawnBun } from "@delivery/testing"
+import { CLOUD_CONFIG } from "@delivery/idle-wake"
 
 const load = (env: Record<string, string>) =>
   Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))).pipe(
@@ -119,7 +120,42 @@ describe("configuration", () => {
     IDLE_WAKE_INGRESS: "tenant-api-http,carrier-pigeon",
     IDLE_WAKE_ASSERTION_MAX_LIFETIME: "2 hours",
     IDLE_WAKE_CLOCK_SKEW: "0 seconds",
-    IDLE_WAKE_HOLD_MAX: "2 hours"
+    IDLE_WAKE_HOLD_MAX: "2 hours",
+    IDLE_WAKE_CLOUD_SIGNING_KEY: "cloud-1:short",
+    IDLE_WAKE_PROXY_HOST: "proxy.internal",
+    IDLE_WAKE_PROXY_PORT: "70000",
+    IDLE_WAKE_TRUSTED_PROXY: "10.0.0.1,proxy.internal",
+    IDLE_WAKE_WAITING_MAX: "0",
+    IDLE_WAKE_WAITING_PER_STACK: "0",
+    IDLE_WAKE_WAITING_PER_SOURCE: "x",
+    IDLE_WAKE_PREPARATIONS_MAX: "0",
+    IDLE_WAKE_SOURCE_REQUESTS_PER_MINUTE: "0",
+    IDLE_WAKE_SOURCE_WAKES_PER_10_MINUTES: "-1",
+    IDLE_WAKE_STACK_WAKES_PER_HOUR: "1e3",
+    IDLE_WAKE_WAKES_PER_MINUTE: "0",
+    IDLE_WAKE_READINESS_WAIT: "91 seconds",
+    IDLE_WAKE_SLEEP_HOLD: "2 hours",
+    IDLE_WAKE_SLEEP_LEASE: "0 seconds",
+    IDLE_WAKE_ASSERTION_LIFETIME: "2 hours",
+    IDLE_WAKE_DRAIN_TIMEOUT: "x",
+    IDLE_WAKE_LOCAL_STACKS: "{not json",
+    IDLE_WAKE_LOCAL_RUN_DIR: " ",
+    IDLE_WAKE_LOCAL_ENTRY: "",
+    IDLE_WAKE_LOCAL_START_TIMEOUT: "0 seconds",
+    IDLE_WAKE_LOCAL_STOP_TIMEOUT: "x"
+  }
+
+  // Read only with ROLE=cloud: each is checked with the rest of a valid cloud configuration.
+  const readWithCloud = new Set<string>(CLOUD_CONFIG.map((entry) => entry.name))
+  const cloudBase = (except: string): Record<string, string> => {
+    const all: Record<string, string> = {
+      ROLE: "cloud",
+      DATABASE_URL: "postgres://db.internal/cloud",
+      IDLE_WAKE_CLOUD_SIGNING_KEY: `cloud-1:${"A".repeat(43)}`,
+      IDLE_WAKE_PROXY_PORT: "4000"
+    }
+    delete all[except]
+    return all
   }
 
   /** A complete, valid enabled receipts configuration (roots are only checked on disk when the backend builds). */
@@ -177,6 +213,8 @@ describe("configuration", () => {
           ? receiptsEnabled
           : readWithStack.has(entry.name)
           ? idleWakeStack(entry.name)
+          : readWithCloud.has(entry.name)
+          ? cloudBase(entry.name)
           : entry.name === "TEAM_APPLICATION_FROM_NAME"
           ? { TEAM_APPLICATION_FROM: "teams@example.com" }
           : entry.name === "DATABASE_URL"
@@ -187,6 +225,31 @@ describe("configuration", () => {
         expect(error.message).toContain(`(1 problem: ${entry.name}):`)
         expect(error.message).toContain(`\n  ${entry.name}: `)
       }
+    }))
+
+  it.effect("ROLE=cloud needs DATABASE_URL, IDLE_WAKE_CLOUD_SIGNING_KEY and IDLE_WAKE_PROXY_PORT, named in one message without the key; the tenant families default to disabled there", () =>
+    Effect.gen(function* () {
+      const secret = `cloud-1:${"s3cr3t".repeat(8)}`
+      const error = yield* Effect.flip(Effect.flatten(load({ ROLE: "cloud", IDLE_WAKE_CLOUD_SIGNING_KEY: secret })))
+      expect(error.variables).toEqual(["DATABASE_URL", "IDLE_WAKE_CLOUD_SIGNING_KEY", "IDLE_WAKE_PROXY_PORT"])
+      expect(error.message).not.toContain("s3cr3t")
+      const config = Either.getOrThrow(yield* load(cloudBase("none")))
+      expect(config.role).toBe("cloud")
+      expect(config.passwordReset).toEqual({ mode: "disabled", defaulted: true })
+      expect(config.receipts.mode).toBe("disabled")
+      const cloud = Option.getOrThrow(config.cloud)
+      expect(cloud.admission).toMatchObject({
+        waitingMax: 64,
+        waitingPerStack: 8,
+        waitingPerSource: 4,
+        preparationsMax: 32,
+        sourceRequestsPerMinute: 24,
+        sourceWakesPer10Minutes: 3,
+        stackWakesPerHour: 8,
+        wakesPerMinute: 32
+      })
+      expect(cloud.admission.readinessWait).toEqual(Duration.seconds(90))
+      expect(Option.isNone(Either.getOrThrow(yield* load({})).cloud)).toBe(true)
     }))
 
   it.effect("PASSWORD_RESET_DELIVERY is required for every role: missing with DATABASE_URL stops start-up naming it, ingress included", () =>
@@ -346,7 +409,7 @@ describe("configuration", () => {
         expect(errors[0]).toContain("PORT")
         expect(errors[0]).toContain("ROLE")
         expect(output).toContain('PORT: Expected a network port value but received "abc"')
-        expect(output).toContain('ROLE: Expected one of (backend, ingress) but received "nope"')
+        expect(output).toContain('ROLE: Expected one of (backend, ingress, cloud) but received "nope"')
         expect(output).not.toContain("starting delivery backend")
       })
     ))

@@ -46,7 +46,8 @@ const killStacks = (runDir: string) =>
   Effect.sync(() => {
     for (const name of existsSync(runDir) ? readdirSync(runDir) : []) {
       if (!name.endsWith(".pid")) continue
-      const pid = Number(readFileSync(join(runDir, name), "utf8").trim())
+      // A pid file is `<pid>\n<start time>\n`.
+      const pid = Number(readFileSync(join(runDir, name), "utf8").split("\n")[0])
       try {
         process.kill(-pid, "SIGKILL")
       } catch {
@@ -136,7 +137,7 @@ export const sleepStack = (cloud: Cloud, stack: StackSpec) =>
 /** The pid in a stack's pid file (the tenant process the provider started), or undefined. */
 export const stackPid = (cloud: Cloud, stack: StackSpec): number | undefined => {
   const file = join(cloud.runDir, `${stack.id}.pid`)
-  return existsSync(file) ? Number(readFileSync(file, "utf8").trim()) : undefined
+  return existsSync(file) ? Number(readFileSync(file, "utf8").split("\n")[0]) : undefined
 }
 
 /** How many times the provider started a stack: "listening on" lines in its log. */
