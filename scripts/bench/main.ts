@@ -2,6 +2,7 @@ import { Effect } from "effect"
 import { runInboxBench } from "./inbox.ts"
 import { runOutboxBench } from "./outbox.ts"
 import { runQueueBench } from "./queue.ts"
+import { runWakeBench } from "./wake.ts"
 
 // `bun run bench <name> [--json] [--seconds N] [--fsync]`. With --json, progress goes to stderr and the
 // last line on stdout is exactly one JSON object with the figures. --seconds: inbox, the length of each measured run
@@ -16,7 +17,8 @@ const log = (line: string) => (json ? console.error(line) : console.log(line))
 const benches: Record<string, () => Effect.Effect<object, unknown>> = {
   inbox: () => runInboxBench({ seconds, fsync: args.includes("--fsync"), log }),
   outbox: () => runOutboxBench({ fsync: args.includes("--fsync"), log }),
-  queue: () => runQueueBench({ seconds: secondsAt >= 0 ? seconds : 3, fsync: args.includes("--fsync"), log })
+  queue: () => runQueueBench({ seconds: secondsAt >= 0 ? seconds : 3, fsync: args.includes("--fsync"), log }),
+  wake: () => runWakeBench({ log })
 }
 
 const name = names[0]

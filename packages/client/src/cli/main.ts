@@ -4,6 +4,7 @@ import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Effect, Exit, Layer } from "effect"
 import { accounts } from "./Accounts.ts"
 import { apiKeys } from "./ApiKeys.ts"
+import { cloud } from "./Cloud.ts"
 import { deadLetters } from "./DeadLetters.ts"
 import { devices } from "./Devices.ts"
 import { envelopes } from "./Envelopes.ts"
@@ -26,8 +27,8 @@ const json = Options.boolean("json").pipe(
 )
 
 const admin = Command.make("delivery-admin", { json }, () => Effect.fail(new UsageError({ message: "a command is required (see --help)" }))).pipe(
-  Command.withDescription("Operate a delivery backend: tenants, credentials, signing keys, targets, envelopes, dead letters, streams, reset mail"),
-  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail, receipts, teamApplications])
+  Command.withDescription("Operate a delivery backend: tenants, credentials, signing keys, targets, envelopes, dead letters, streams, reset mail, and the idle-wake cloud's stacks"),
+  Command.withSubcommands([tenants, accounts, apiKeys, devices, signingKeys, targets, envelopes, deadLetters, messages, streams, resetMail, receipts, teamApplications, cloud])
 )
 
 const cli = Command.run(admin, { name: "delivery-admin", version: "1.0.0" })
