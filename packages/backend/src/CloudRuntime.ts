@@ -1,7 +1,15 @@
 import { HttpApi, HttpApiBuilder, OpenApi } from "@effect/platform"
 import { JsonBodyRefused, WorkerRegistry } from "@delivery/core"
 import { OperatorAuthenticationLive } from "@delivery/identity"
-import { type CloudSettings, cloudLayer, IdleWakeCloudApi, IdleWakeCloudHttpLive, serveProxy } from "@delivery/idle-wake"
+import {
+  type CloudSettings,
+  cloudLayer,
+  IdleWakeCloudApi,
+  IdleWakeCloudEventsApi,
+  IdleWakeCloudEventsHttpLive,
+  IdleWakeCloudHttpLive,
+  serveProxy
+} from "@delivery/idle-wake"
 import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { Effect, Layer, Logger } from "effect"
 import { AppConfig, type AppConfigShape, describeConfig } from "./Config.ts"
@@ -21,6 +29,7 @@ import { requestInvalid, withoutDecodeError } from "./RequestInvalid.ts"
 export class CloudApi extends HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdleWakeCloudApi)
+  .add(IdleWakeCloudEventsApi)
   .addError(RequestInvalid, { status: 400 })
   .addError(PathInvalid, { status: 400 })
   .addError(BodyUnreadable, { status: 400 })
@@ -36,6 +45,7 @@ export class CloudApi extends HttpApi.make("delivery")
 const CloudApiLive = HttpApiBuilder.api(CloudApi).pipe(
   Layer.provide(HealthHttpLive),
   Layer.provide(IdleWakeCloudHttpLive),
+  Layer.provide(IdleWakeCloudEventsHttpLive),
   Layer.provide(OperatorAuthenticationLive)
 )
 

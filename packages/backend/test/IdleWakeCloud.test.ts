@@ -1,8 +1,9 @@
-import { probePort } from "@delivery/testing"
-import { TestDatabaseLive } from "@delivery/testing/vitest"
+import { connect, createDatabase, probePort } from "@delivery/testing"
+import { PgClusterFromVitest, TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Fiber } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
+import { createHmac, randomBytes } from "node:crypto"
 import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -302,4 +303,103 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("idle w
       yield* Effect.sleep("500 millis")
       expect(existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : []).toEqual(["POST /api/receipts HTTP/1.1"])
     }))
+
+  it.scoped("broker events (github-broker-events-v1) survive a killed cloud process and a lost wake hint; the lease's acknowledgement settles them once; duplicates are absorbed", () =>
+    Effect.gen(function* () {
+      const tenantDb = yield* Effect.provide(createDatabase, PgClusterFromVitest)
+      const secret = `gh-${randomBytes(16).toString("hex")}`
+      const brokerToken = `broker-${randomBytes(24).toString("base64url")}`
+      const stack = yield* makeStack({ databaseUrl: tenantDb.url, env: { SLOW_START_MS: "2500", IDLE_WAKE_GITHUB_WEBHOOK_SECRET: secret } })
+      const env = {
+        IDLE_WAKE_LOCAL_ENTRY: slowTenantEntry,
+        IDLE_WAKE_CONNECTOR_TOKEN: brokerToken,
+        IDLE_WAKE_READINESS_WAIT: "8 seconds",
+        IDLE_WAKE_EVENT_LEASE: "3 seconds",
+        IDLE_WAKE_EVENT_RETRY_BASE: "200 millis",
+        IDLE_WAKE_EVENT_RETRY_CAP: "1 second"
+      }
+      const first = yield* startCloud({ stacks: [stack], env })
+      const host = `${stack.id}.tenants.test`
+      yield* registerStack(first, stack, host, ["tenant-api-http-v2", "github-broker-events-v1"])
+      const suffix = randomBytes(3).toString("hex")
+      const connectors = "/operator/idle-wake/connectors"
+      const { tenant, account } = yield* tenantWithKey(stack.port)
+      const instance = `connector-${suffix}`
+      const endpoint = `endpoint-${suffix}`
+      expect((yield* call(stack.port, "POST", `${connectors}/instances`, { ...op, body: { id: instance } })).status).toBe(201)
+      expect((yield* call(stack.port, "POST", `${connectors}/connections`, { ...op, body: { id: `conn-${suffix}`, tenant, kind: "broker", owner: account } })).status).toBe(201)
+      expect((yield* call(stack.port, "POST", `${connectors}/connections/conn-${suffix}/registrations`, { ...op, body: { id: `reg-${suffix}`, appId: 1001 } })).status).toBe(201)
+      expect((yield* call(stack.port, "POST", `${connectors}/registrations/reg-${suffix}/complete`, { ...op, body: { installationId: 2002 } })).status).toBe(200)
+      expect((yield* call(stack.port, "POST", `${connectors}/endpoints`, {
+        ...op,
+        body: { id: endpoint, channel: `channel-${suffix}`, connection: `conn-${suffix}`, registration: `reg-${suffix}` }
+      })).status).toBe(201)
+      expect(yield* sleepStack(first, stack)).toEqual({ outcome: "asleep" })
+      expect((yield* stackState(first, stack)).receipt).toMatchObject({ connectorBindings: 1 })
+
+      const event = (deliveryId: string, body: string, signatureSecret = secret) => ({
+        stack: stack.id,
+        connectorInstance: instance,
+        endpoint,
+        deliveryId,
+        event: "issues",
+        payload: Buffer.from(body).toString("base64url"),
+        githubSignature: `sha256=${createHmac("sha256", signatureSecret).update(body).digest("hex")}`
+      })
+      const post = (cloud: Cloud, body: unknown, token = brokerToken) =>
+        call(cloud.port, "POST", "/cloud/v1/connector-events", { token, body })
+      const deliveryId = `d-${randomBytes(8).toString("hex")}`
+      const queued = yield* post(first, event(deliveryId, "{\"action\":\"opened\"}"))
+      expect(queued.status).toBe(202)
+      expect(queued.json.outcome).toBe("queued")
+      // The stack is waking for the event (a slow start); the cloud dies before anything is acknowledged.
+      yield* Effect.sleep("300 millis")
+      process.kill(-first.process.pid, "SIGKILL")
+      yield* first.process.exitCode()
+
+      const second = yield* startCloud({ stacks: [stack], databaseUrl: first.databaseUrl, runDir: first.runDir, cloudSeed: first.cloudSeed, env })
+      const again = yield* post(second, event(deliveryId, "{\"action\":\"opened\"}"))
+      expect(again.json).toEqual({ outcome: "duplicate", eventId: queued.json.eventId })
+      expectRefusedIntake(yield* post(second, event("d-x", "{}"), "broker-wrong-token-000000000000000000"), "connector-unauthenticated")
+      const delivered = (cloud: Cloud, count: number) =>
+        call(cloud.port, "GET", "/operator/cloud/connector-events", op).pipe(
+          Effect.repeat({
+            until: (answer) => answer.json.states.find((row: { state: string }) => row.state === "delivered")?.events === count,
+            schedule: Schedule.spaced("200 millis")
+          }),
+          Effect.timeout("45 seconds")
+        )
+      yield* delivered(second, 1)
+      expect((yield* stackState(second, stack)).state).toBe("awake")
+
+      const tenantSql = yield* connect(tenantDb.url)
+      const recorded = yield* tenantSql<{ event_id: string; cloud_attempt: number }>`
+        SELECT event_id::text, cloud_attempt FROM idle_wake_connector_events WHERE delivery_id = ${deliveryId}`
+      expect(recorded.map((row) => row.event_id)).toEqual([queued.json.eventId])
+      const cloudSql = yield* connect(first.databaseUrl)
+      const [row] = yield* cloudSql<{ state: string; attempt: number; last_code: string }>`
+        SELECT state, attempt, last_code FROM idle_wake_cloud_connector_events WHERE delivery_id = ${deliveryId}`
+      expect(row).toMatchObject({ state: "delivered", last_code: "recorded" })
+      // The first claim's lease (the killed cloud's) ended before the acknowledged one.
+      expect(row!.attempt).toBeGreaterThanOrEqual(2)
+
+      // Awake now: a second event goes straight through; one with a forged GitHub signature is refused for good.
+      expect((yield* post(second, event(`d-${suffix}-2`, "{\"action\":\"closed\"}"))).json.outcome).toBe("queued")
+      expect((yield* post(second, event(`d-${suffix}-3`, "{}", "not-the-webhook-secret"))).json.outcome).toBe("queued")
+      yield* delivered(second, 2)
+      const forgedRow = cloudSql<{ state: string; last_code: string | null }>`
+        SELECT state, last_code FROM idle_wake_cloud_connector_events WHERE delivery_id = ${`d-${suffix}-3`}`
+      yield* forgedRow.pipe(
+        Effect.repeat({ until: (rows) => rows[0]?.state !== "pending", schedule: Schedule.spaced("200 millis") }),
+        Effect.timeout("20 seconds")
+      )
+      const forged = yield* forgedRow
+      expect(forged).toEqual([{ state: "dead", last_code: "github-signature-invalid" }])
+      expect((yield* tenantSql`SELECT count(*)::int AS n FROM idle_wake_connector_events`)[0]).toEqual({ n: 2 })
+    }))
 })
+
+const expectRefusedIntake = (answer: Answer, reason: string) => {
+  expect(answer.status).toBe(401)
+  expect(answer.json).toMatchObject({ _tag: "ConnectorIntakeRefused", reason })
+}

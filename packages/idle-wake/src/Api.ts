@@ -1,7 +1,18 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { OperatorAuthentication } from "@delivery/identity"
 import { Schema } from "effect"
-import { AssertionForbidden, AssertionInvalid, AssertionReplayed, AssertionUnauthenticated, IdleWakeUnavailable, StackId } from "./Domain.ts"
+import {
+  AssertionForbidden,
+  AssertionInvalid,
+  AssertionReplayed,
+  AssertionUnauthenticated,
+  ConnectorEventRefused,
+  ConnectorEventUnauthenticated,
+  IdleWakeUnavailable,
+  StackId,
+  TenantDraining
+} from "./Domain.ts"
+import { ConnectorEventReceipt } from "./ConnectorEventProtocol.ts"
 import { Blocker, DrainReport, HoldState } from "./Protocol.ts"
 
 /** Decoded by the service, not by the framework, so that every way of being wrong has its own stable reason. */
@@ -31,6 +42,25 @@ export class IdleWakeApi extends HttpApiGroup.make("idleWake")
       .addError(IdleWakeUnavailable, { status: 503 })
       .annotate(OpenApi.Summary, "Answer a signed drain read with this stack's signed drain report")
       .annotate(OpenApi.Description, drainReadDescription)
+  )
+  .add(
+    HttpApiEndpoint.post("connectorEvent", "/idle-wake/v1/connector-events")
+      .setPayload(DrainAssertionBody)
+      .addSuccess(ConnectorEventReceipt)
+      .addError(ConnectorEventUnauthenticated, { status: 401 })
+      .addError(ConnectorEventRefused, { status: 422 })
+      .addError(IdleWakeUnavailable, { status: 503 })
+      .addError(TenantDraining, { status: 503 })
+      .annotate(OpenApi.Summary, "Record a connector event the cloud delivers (github-broker-events-v1)")
+      .annotate(
+        OpenApi.Description,
+        `The body is an \`idle-wake/connector-event\` signed by the cloud control signer (docs/idle-wake-cloud.md). Checks in
+order: shape (422 \`event-malformed\`), the signer's key and signature, stack and audience (401), GitHub's
+X-Hub-Signature-256 over the payload with IDLE_WAKE_GITHUB_WEBHOOK_SECRET (422; 503 \`github-secret-unset\` without it),
+the idle hold (503 \`tenant-draining\`), then the endpoint's current authorization (422
+\`event-endpoint-unauthorized\`) and the receipt in one transaction. 200 \`recorded\` or \`duplicate\` acknowledges the
+delivery.`
+      )
   )
   .annotate(OpenApi.Title, "Idle wake")
 {}

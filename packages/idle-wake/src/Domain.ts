@@ -59,7 +59,7 @@ export class AssertionInvalid extends Schema.TaggedError<AssertionInvalid>()("As
 
 /** 503: idle wake is not configured in this process, or its storage cannot be reached (retry later). */
 export class IdleWakeUnavailable extends Schema.TaggedError<IdleWakeUnavailable>()("IdleWakeUnavailable", {
-  reason: Schema.Literal("idle-wake-unconfigured", "storage-unavailable"),
+  reason: Schema.Literal("idle-wake-unconfigured", "storage-unavailable", "github-secret-unset"),
   correlationId: CorrelationId
 }) {}
 
@@ -81,3 +81,15 @@ export const storageUnavailable = {
   IdleWakeStorageUnavailable: () =>
     Effect.flatMap(requestCorrelationId, (correlationId) => Effect.fail(new IdleWakeUnavailable({ reason: "storage-unavailable", correlationId })))
 }
+
+/** 401: a connector event not signed by the cloud control signer for this stack. */
+export class ConnectorEventUnauthenticated extends Schema.TaggedError<ConnectorEventUnauthenticated>()("ConnectorEventUnauthenticated", {
+  reason: Schema.Literal("event-key-unknown", "event-signature-invalid", "event-wrong-stack", "event-wrong-audience"),
+  correlationId: CorrelationId
+}) {}
+
+/** 422: a signed connector event this stack will never record (the cloud settles it as dead). */
+export class ConnectorEventRefused extends Schema.TaggedError<ConnectorEventRefused>()("ConnectorEventRefused", {
+  reason: Schema.Literal("event-malformed", "github-signature-invalid", "event-endpoint-unauthorized"),
+  correlationId: CorrelationId
+}) {}

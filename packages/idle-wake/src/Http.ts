@@ -4,6 +4,7 @@ import { deliveryApiId, withHeader } from "@delivery/identity"
 import { Effect } from "effect"
 import { IdleWakeApi, IdleWakeOperatorApi } from "./Api.ts"
 import { IdleWakeUnavailable, storageUnavailable } from "./Domain.ts"
+import { ConnectorEventInbox } from "./ConnectorEventInbox.ts"
 import { TenantDrain } from "./TenantDrain.ts"
 
 const IdleWakeOnlyApi = HttpApi.make(deliveryApiId).add(IdleWakeApi).add(IdleWakeOperatorApi)
@@ -16,8 +17,15 @@ const retrySoon = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 export const IdleWakeHttpLive = HttpApiBuilder.group(IdleWakeOnlyApi, "idleWake", (handlers) =>
   Effect.gen(function* () {
     const drain = yield* TenantDrain
-    return handlers.handle("drainRead", ({ payload }) =>
-      Effect.flatMap(requestCorrelationId, (correlationId) => drain.read(payload, correlationId)).pipe(retrySoon))
+    const events = yield* ConnectorEventInbox
+    return handlers
+      .handle("drainRead", ({ payload }) =>
+        Effect.flatMap(requestCorrelationId, (correlationId) => drain.read(payload, correlationId)).pipe(retrySoon))
+      .handle("connectorEvent", ({ payload }) =>
+        Effect.flatMap(requestCorrelationId, (correlationId) => events.receive(payload, correlationId)).pipe(
+          Effect.tapError((error) => (error._tag === "TenantDraining" ? withHeader("retry-after", String(error.retryAfter)) : Effect.void)),
+          retrySoon
+        ))
   }))
 
 export const IdleWakeOperatorHttpLive = HttpApiBuilder.group(IdleWakeOnlyApi, "idleWakeOperator", (handlers) =>

@@ -12,6 +12,7 @@ export const IDLE_WAKE_AUDIENCE = "IDLE_WAKE_AUDIENCE"
 export const IDLE_WAKE_CLOUD_KEYS = "IDLE_WAKE_CLOUD_KEYS"
 export const IDLE_WAKE_REPORT_KEY = "IDLE_WAKE_REPORT_KEY"
 export const IDLE_WAKE_INGRESS = "IDLE_WAKE_INGRESS"
+export const IDLE_WAKE_GITHUB_WEBHOOK_SECRET = "IDLE_WAKE_GITHUB_WEBHOOK_SECRET"
 
 /** Rotation needs two keys at once (the current and the next); more than four is a mistake, not a rotation. */
 export const MAX_CLOUD_KEYS = 4
@@ -29,6 +30,8 @@ export interface TenantSettings {
   readonly clockSkew: Duration.Duration
   /** The longest idle hold a final read may take. */
   readonly maxHold: Duration.Duration
+  /** The GitHub App's webhook secret: connector events are verified with it on delivery (none: refused). */
+  readonly githubWebhookSecret: Option.Option<Redacted.Redacted<string>>
 }
 
 export interface IdleWakeSettings {
@@ -120,6 +123,16 @@ const reportKeyConfig = Config.redacted().pipe(
   Config.nested(IDLE_WAKE_REPORT_KEY)
 )
 
+const githubSecretConfig = Config.option(
+  Config.redacted().pipe(
+    Config.validate({
+      message: "Expected 16-256 printable ASCII characters (value not shown)",
+      validation: (secret) => /^[\x21-\x7e]{16,256}$/.test(Redacted.value(secret))
+    }),
+    Config.nested(IDLE_WAKE_GITHUB_WEBHOOK_SECRET)
+  )
+)
+
 const ingressConfig = Config.string().pipe(
   Config.mapOrFail((text) => Either.mapLeft(parseIngress(text), (message) => refusal(message))),
   Config.nested(IDLE_WAKE_INGRESS),
@@ -145,7 +158,7 @@ export const loadIdleWakeSettings: Effect.Effect<IdleWakeSettings, ConfigError.C
   if (Either.isLeft(ingress)) errors.push(ingress.left)
   let tenant = Option.none<TenantSettings>()
   if (Either.isRight(stack) && Option.isNone(stack.right)) {
-    for (const name of [IDLE_WAKE_AUDIENCE, IDLE_WAKE_CLOUD_KEYS, IDLE_WAKE_REPORT_KEY]) {
+    for (const name of [IDLE_WAKE_AUDIENCE, IDLE_WAKE_CLOUD_KEYS, IDLE_WAKE_REPORT_KEY, IDLE_WAKE_GITHUB_WEBHOOK_SECRET]) {
       const refused = yield* Effect.either(requiresStack(name))
       if (Either.isLeft(refused)) errors.push(refused.left)
     }
@@ -153,19 +166,21 @@ export const loadIdleWakeSettings: Effect.Effect<IdleWakeSettings, ConfigError.C
   const timing = yield* Effect.either(TimingConfig)
   if (Either.isLeft(timing)) errors.push(timing.left)
   if (Either.isRight(stack) && Option.isSome(stack.right)) {
-    const [audience, cloudKeys, reportKey] = yield* Effect.all(
-      [Effect.either(audienceConfig), Effect.either(cloudKeysConfig), Effect.either(reportKeyConfig)]
+    const [audience, cloudKeys, reportKey, githubSecret] = yield* Effect.all(
+      [Effect.either(audienceConfig), Effect.either(cloudKeysConfig), Effect.either(reportKeyConfig), Effect.either(githubSecretConfig)]
     )
+    if (Either.isLeft(githubSecret)) errors.push(githubSecret.left)
     if (Either.isLeft(audience)) errors.push(audience.left)
     if (Either.isLeft(cloudKeys)) errors.push(cloudKeys.left)
     if (Either.isLeft(reportKey)) errors.push(reportKey.left)
-    if (Either.isRight(audience) && Either.isRight(cloudKeys) && Either.isRight(reportKey) && Either.isRight(timing)) {
+    if (Either.isRight(audience) && Either.isRight(cloudKeys) && Either.isRight(reportKey) && Either.isRight(timing) && Either.isRight(githubSecret)) {
       tenant = Option.some({
         stack: stack.right.value as StackId,
         audience: audience.right,
         cloudKeys: cloudKeys.right,
         reportKeyId: reportKey.right.keyId,
         reportKey: reportKey.right.privateKey,
+        githubWebhookSecret: githubSecret.right,
         ...timing.right
       })
     }
@@ -180,6 +195,7 @@ export const IDLE_WAKE_CONFIG = [
   { name: IDLE_WAKE_AUDIENCE, default: "(required with IDLE_WAKE_STACK)", meaning: "the audience drain assertions must name: 1-256 printable ASCII characters without spaces", secret: false },
   { name: IDLE_WAKE_CLOUD_KEYS, default: "(required with IDLE_WAKE_STACK)", meaning: `the cloud control signer's Ed25519 public keys, \`keyId:publicKey\` comma-separated (1-${MAX_CLOUD_KEYS}, for rotation), each key unpadded base64url of 32 bytes`, secret: false },
   { name: IDLE_WAKE_REPORT_KEY, default: "(required with IDLE_WAKE_STACK)", meaning: "`keyId:seed`: the Ed25519 key that signs this stack's drain reports, the seed unpadded base64url of 32 bytes", secret: true },
+  { name: IDLE_WAKE_GITHUB_WEBHOOK_SECRET, default: "(unset: connector events refused)", meaning: "the GitHub App's webhook secret (16-256 printable ASCII characters): every connector event the cloud delivers is checked against its X-Hub-Signature-256 with it; requires IDLE_WAKE_STACK", secret: true },
   { name: IDLE_WAKE_INGRESS, default: "(empty)", meaning: "ingress transports configured for this stack besides the always-present tenant API, comma-separated, from the closed list in docs/idle-wake.md; an unknown name stops start-up", secret: false },
   { name: "IDLE_WAKE_ASSERTION_MAX_LIFETIME", default: "5 minutes", meaning: "longest validity (expiresAt - issuedAt) of a drain assertion, at most 1 hour; longer ones are refused", secret: false },
   { name: "IDLE_WAKE_CLOCK_SKEW", default: "30 seconds", meaning: "how far in the future an assertion's issuedAt may be, at most 5 minutes", secret: false },

@@ -1,5 +1,6 @@
 import { Layer } from "effect"
 import { ApiActivity } from "./ApiActivity.ts"
+import { ConnectorEventInbox } from "./ConnectorEventInbox.ts"
 import { Connectors } from "./Connectors.ts"
 import { DrainGate } from "./DrainGate.ts"
 import { DrainRequests } from "./DrainRequests.ts"
@@ -17,7 +18,7 @@ export const RUNTIME_REGISTRY = "runtimes"
  * Needs `SqlClient`, `Identity`, core's `WorkerRegistry` and the backend's `PendingWork` probes.
  */
 export const idleWakeLayer = (settings: IdleWakeSettings) =>
-  TenantDrain.Default.pipe(
+  Layer.merge(TenantDrain.Default, ConnectorEventInbox.Default).pipe(
     Layer.provideMerge(LocalWork.Default),
     Layer.provideMerge(Layer.mergeAll(
       ApiActivity.Default,

@@ -165,6 +165,13 @@ export class IdleWakeCloudApi extends HttpApiGroup.make("idleWakeCloud")
       .annotate(OpenApi.Summary, "Set or release a deployment recovery hold: no wake while it is set")
   )
   .add(
+    HttpApiEndpoint.get("connectorEvents", "/operator/cloud/connector-events")
+      .addSuccess(Schema.Struct({
+        states: Schema.Array(Schema.Struct({ state: Schema.String, events: Schema.Int, oldestSeconds: Schema.NullOr(Schema.Int) }))
+      }).annotations({ identifier: "CloudConnectorEvents" }))
+      .annotate(OpenApi.Summary, "The connector event queue: events by state and the age of the oldest of each")
+  )
+  .add(
     HttpApiEndpoint.get("admission", "/operator/cloud/admission")
       .addSuccess(AdmissionView)
       .annotate(OpenApi.Summary, "This process's admission: held requests, pending preparations, wakes and refusals by reason")

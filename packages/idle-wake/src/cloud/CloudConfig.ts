@@ -1,5 +1,5 @@
 import { integerBetween, positiveDuration } from "@delivery/core"
-import { Config, ConfigError, Context, Duration, Either, Redacted } from "effect"
+import { Config, ConfigError, Context, Duration, Either, Option, Redacted } from "effect"
 import type { KeyObject } from "node:crypto"
 import { isIP } from "node:net"
 import type { SignerKeyId } from "../Domain.ts"
@@ -43,6 +43,17 @@ export interface CloudSettings {
   /** Bound on each drain read's HTTP exchange. */
   readonly drainTimeout: Duration.Duration
   readonly local: LocalComputeSettings
+  readonly events: ConnectorEventSettings
+}
+
+/** github-broker-events-v1: the broker's credential and the connector event queue's worker. */
+export interface ConnectorEventSettings {
+  /** The bearer token of the broker that posts GitHub events (none: event intake refused). */
+  readonly token: Option.Option<Redacted.Redacted<string>>
+  readonly lease: Duration.Duration
+  readonly pollInterval: Duration.Duration
+  readonly retryBase: Duration.Duration
+  readonly retryCap: Duration.Duration
 }
 
 const refusal = (message: string) => ConfigError.InvalidData([], message)
@@ -89,6 +100,30 @@ const AdmissionConfig = Config.all({
   readinessWait: boundedDuration("IDLE_WAKE_READINESS_WAIT", "90 seconds", Duration.seconds(90))
 })
 
+const connectorTokenConfig = Config.option(
+  Config.redacted().pipe(
+    Config.validate({
+      message: "Expected 32-256 printable ASCII characters (value not shown)",
+      validation: (token) => /^[\x21-\x7e]{32,256}$/.test(Redacted.value(token))
+    }),
+    Config.nested("IDLE_WAKE_CONNECTOR_TOKEN")
+  )
+)
+
+const EventsConfig = Config.all({
+  token: connectorTokenConfig,
+  lease: boundedDuration("IDLE_WAKE_EVENT_LEASE", "30 seconds", Duration.hours(1)),
+  pollInterval: boundedDuration("IDLE_WAKE_EVENT_POLL_INTERVAL", "1 second", Duration.minutes(10)),
+  retryBase: boundedDuration("IDLE_WAKE_EVENT_RETRY_BASE", "1 second", Duration.hours(1)),
+  retryCap: boundedDuration("IDLE_WAKE_EVENT_RETRY_CAP", "5 minutes", Duration.days(1))
+}).pipe(
+  Config.mapOrFail((events) =>
+    Duration.lessThan(events.retryCap, events.retryBase)
+      ? Either.left(ConfigError.InvalidData(["IDLE_WAKE_EVENT_RETRY_CAP"], "Expected at least IDLE_WAKE_EVENT_RETRY_BASE"))
+      : Either.right(events)
+  )
+)
+
 export const CloudConfig: Config.Config<CloudSettings> = Config.all({
   signing: signingKeyConfig,
   proxyHost: Config.string().pipe(
@@ -103,7 +138,8 @@ export const CloudConfig: Config.Config<CloudSettings> = Config.all({
   sleepLease: boundedDuration("IDLE_WAKE_SLEEP_LEASE", "2 minutes", Duration.hours(1)),
   assertionLifetime: boundedDuration("IDLE_WAKE_ASSERTION_LIFETIME", "2 minutes", Duration.hours(1)),
   drainTimeout: boundedDuration("IDLE_WAKE_DRAIN_TIMEOUT", "10 seconds", Duration.minutes(5)),
-  local: LocalComputeConfig
+  local: LocalComputeConfig,
+  events: EventsConfig
 }).pipe(
   Config.map(({ signing, ...rest }) => ({ signingKeyId: signing.keyId, signingKey: signing.privateKey, ...rest }))
 )
@@ -127,6 +163,11 @@ export const CLOUD_CONFIG = [
   { name: "IDLE_WAKE_SLEEP_LEASE", default: "2 minutes", meaning: "ROLE=cloud: lease of the sleep operation lock; a cycle not finished by then is fenced off", secret: false },
   { name: "IDLE_WAKE_ASSERTION_LIFETIME", default: "2 minutes", meaning: "ROLE=cloud: validity of each drain assertion; must not exceed the tenants' IDLE_WAKE_ASSERTION_MAX_LIFETIME", secret: false },
   { name: "IDLE_WAKE_DRAIN_TIMEOUT", default: "10 seconds", meaning: "ROLE=cloud: bound on each drain read's HTTP exchange", secret: false },
+  { name: "IDLE_WAKE_CONNECTOR_TOKEN", default: "(unset: connector events refused)", meaning: "ROLE=cloud: bearer token (32-256 printable ASCII characters) of the GitHub broker that posts connector events to POST /cloud/v1/connector-events", secret: true },
+  { name: "IDLE_WAKE_EVENT_LEASE", default: "30 seconds", meaning: "ROLE=cloud: lease of a claimed connector event; an event whose delivery was not acknowledged by then is claimed again", secret: false },
+  { name: "IDLE_WAKE_EVENT_POLL_INTERVAL", default: "1 second", meaning: "ROLE=cloud: how often the connector event worker looks for due events (an accepted event wakes it at once)", secret: false },
+  { name: "IDLE_WAKE_EVENT_RETRY_BASE", default: "1 second", meaning: "ROLE=cloud: first delay before a connector event whose delivery failed is tried again (doubling, capped, with jitter)", secret: false },
+  { name: "IDLE_WAKE_EVENT_RETRY_CAP", default: "5 minutes", meaning: "ROLE=cloud: longest delay between connector event delivery attempts; at least IDLE_WAKE_EVENT_RETRY_BASE", secret: false },
   ...LOCAL_COMPUTE_CONFIG
 ] as const
 

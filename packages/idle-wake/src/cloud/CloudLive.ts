@@ -3,6 +3,7 @@ import { AdmissionLive } from "./Admission.ts"
 import { type CloudSettings, CloudSettingsTag } from "./CloudConfig.ts"
 import { CloudStacks } from "./CloudStacks.ts"
 import { CloudStacksRepo } from "./CloudStacksRepo.ts"
+import { connectorEventWorker, ConnectorEvents } from "./ConnectorEvents.ts"
 import { DrainClient } from "./DrainClient.ts"
 import { localComputeLayer } from "./LocalCompute.ts"
 import { Routing } from "./Routing.ts"
@@ -12,11 +13,13 @@ import { WakeProxy } from "./WakeProxy.ts"
 
 /**
  * The cloud side of idle wake for one process: the stack registry and its routing table, the sleep operation, the
- * coalesced wakes, the admission bounds and the wake proxy, on the local compute provider. Needs `SqlClient` and
- * `PgClient` (the routing table listens for changes).
+ * coalesced wakes, the admission bounds, the wake proxy and the connector event queue with its delivery worker, on
+ * the local compute provider. Needs `SqlClient`, `PgClient` (the routing table listens for changes) and core's
+ * `WorkerRegistry`.
  */
 export const cloudLayer = (settings: CloudSettings) =>
-  Layer.mergeAll(CloudStacks.Default, WakeProxy.Default).pipe(
+  Layer.mergeAll(CloudStacks.Default, WakeProxy.Default, connectorEventWorker).pipe(
+    Layer.provideMerge(ConnectorEvents.Default),
     Layer.provideMerge(Layer.mergeAll(SleepOperation.Default, Wakes.Default)),
     Layer.provideMerge(Layer.mergeAll(Routing.Default, DrainClient.Default, AdmissionLive)),
     Layer.provideMerge(CloudStacksRepo.Default),

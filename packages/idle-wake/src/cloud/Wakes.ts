@@ -29,7 +29,7 @@ export interface WakeMatch {
 
 const READINESS_POLL = Duration.millis(100)
 const FOLLOW_POLL = Duration.millis(200)
-/** A wake's lease outlives the readiness bound a little, so that its waker records the outcome itself. */
+/** A wake's lease outlives the readiness bound (by this, or the bound again if shorter), so that its waker records the outcome itself. */
 const LEASE_MARGIN = Duration.seconds(30)
 
 export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", {
@@ -41,7 +41,7 @@ export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", 
     const fibers = yield* FiberSet.make()
     const inFlight = new Map<string, Deferred.Deferred<WakeResult>>()
     const readinessWait = admission.readinessWait
-    const leaseMs = Duration.toMillis(readinessWait) + Duration.toMillis(LEASE_MARGIN)
+    const leaseMs = Duration.toMillis(readinessWait) + Math.min(Duration.toMillis(LEASE_MARGIN), Duration.toMillis(readinessWait))
 
     /** Polls readiness until it answers or the bound from `since` passes. */
     const awaitReady = (stack: StackId, upstream: string, since: number) =>

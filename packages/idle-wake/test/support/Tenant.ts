@@ -42,6 +42,7 @@ export const tenantSettings = (overrides: Partial<TenantSettings> = {}): TenantS
   cloudKeys: new Map([[CLOUD_KEY_ID, cloud.publicKey]]),
   reportKeyId: "report-1" as SignerKeyId,
   reportKey: Redacted.make(report.privateKey),
+  githubWebhookSecret: Option.none(),
   maxAssertionLifetime: Duration.minutes(5),
   clockSkew: Duration.seconds(30),
   maxHold: Duration.minutes(2),

@@ -1,0 +1,100 @@
+import type { CorrelationId } from "@delivery/core"
+import { storageErrors } from "@delivery/core"
+import { SqlClient } from "@effect/sql"
+import { Duration, Effect, Either, Option, Redacted, Schema } from "effect"
+import { createHmac, timingSafeEqual } from "node:crypto"
+import { ConnectorEventDelivery, type ConnectorEventReceipt } from "./ConnectorEventProtocol.ts"
+import {
+  ConnectorEventRefused,
+  ConnectorEventUnauthenticated,
+  IdleWakeStorageUnavailable,
+  IdleWakeUnavailable,
+  TenantDraining
+} from "./Domain.ts"
+import { DrainGate } from "./DrainGate.ts"
+import { IdleWakeSettingsTag } from "./IdleWakeConfig.ts"
+import { verifyObject } from "./Protocol.ts"
+
+// github-broker-events-v1, the tenant's side of delivery (spec 001): "Original GitHub signature verification and
+// current endpoint/connection authorization still run on delivery. Duplicate transport delivery uses the domain's
+// existing receipts/atomic claims." In order: the cloud's signature, this stack and audience, GitHub's
+// X-Hub-Signature-256 over the payload, the idle hold (a draining stack takes no new work), then in one transaction
+// the endpoint's current authorization and the receipt (one row per event id and per GitHub delivery id). The
+// answer, recorded or duplicate, acknowledges the cloud's current event lease.
+
+const decodeDelivery = Schema.decodeUnknownEither(ConnectorEventDelivery)
+const storage = storageErrors("recordConnectorEvent", (fault) => new IdleWakeStorageUnavailable(fault))
+
+/** Constant-time comparison of GitHub's `sha256=<hex>` with the HMAC of the payload under the webhook secret. */
+export const githubSignatureValid = (secret: string, payload: Uint8Array, header: string): boolean => {
+  const expected = Buffer.from(`sha256=${createHmac("sha256", secret).update(payload).digest("hex")}`)
+  const given = Buffer.from(header)
+  return expected.length === given.length && timingSafeEqual(expected, given)
+}
+
+export class ConnectorEventInbox extends Effect.Service<ConnectorEventInbox>()("@delivery/idle-wake/ConnectorEventInbox", {
+  effect: Effect.gen(function* () {
+    const settings = yield* IdleWakeSettingsTag
+    const gate = yield* DrainGate
+    const sql = yield* SqlClient.SqlClient
+
+    const unauthenticated = (reason: ConnectorEventUnauthenticated["reason"], correlationId: CorrelationId) =>
+      Effect.fail(new ConnectorEventUnauthenticated({ reason, correlationId }))
+    const refused = (reason: ConnectorEventRefused["reason"], correlationId: CorrelationId) =>
+      Effect.fail(new ConnectorEventRefused({ reason, correlationId }))
+
+    /** The endpoint is current: not archived, its connection not removed, bound to the enrolled instance named. */
+    const authorized = (delivery: ConnectorEventDelivery) =>
+      Effect.map(
+        sql`
+          SELECT 1 FROM idle_wake_github_endpoints e
+          JOIN idle_wake_connector_instances i ON i.id = e.connector_instance_id AND i.state = 'enrolled'
+          JOIN idle_wake_github_connections c ON c.id = e.connection_id AND c.removed_at IS NULL AND c.kind = 'broker'
+          WHERE e.id = ${delivery.endpoint} AND e.archived_at IS NULL AND e.connector_instance_id = ${delivery.connectorInstance}`.withoutTransform,
+        (rows) => rows.length === 1
+      )
+
+    const receive = Effect.fn("ConnectorEventInbox.receive")(function* (body: unknown, correlationId: CorrelationId) {
+      const tenant = yield* Option.match(settings.tenant, {
+        onNone: () => Effect.fail(new IdleWakeUnavailable({ reason: "idle-wake-unconfigured", correlationId })),
+        onSome: Effect.succeed
+      })
+      const decoded = decodeDelivery(body)
+      if (Either.isLeft(decoded)) return yield* refused("event-malformed", correlationId)
+      const delivery = decoded.right
+      const key = tenant.cloudKeys.get(delivery.keyId)
+      if (key === undefined) return yield* unauthenticated("event-key-unknown", correlationId)
+      if (!verifyObject(body as ConnectorEventDelivery, key)) return yield* unauthenticated("event-signature-invalid", correlationId)
+      if (delivery.stack !== tenant.stack) return yield* unauthenticated("event-wrong-stack", correlationId)
+      if (delivery.audience !== tenant.audience) return yield* unauthenticated("event-wrong-audience", correlationId)
+      if (Option.isNone(tenant.githubWebhookSecret)) {
+        return yield* Effect.fail(new IdleWakeUnavailable({ reason: "github-secret-unset", correlationId }))
+      }
+      const payload = Buffer.from(delivery.payload, "base64url")
+      if (!githubSignatureValid(Redacted.value(tenant.githubWebhookSecret.value), payload, delivery.githubSignature)) {
+        return yield* refused("github-signature-invalid", correlationId)
+      }
+      const hold = yield* gate.current
+      if (Option.isSome(hold)) {
+        const retryAfter = Math.max(1, Math.ceil(Duration.toMillis(hold.value.remaining) / 1000))
+        return yield* Effect.fail(new TenantDraining({ reason: "tenant-draining", correlationId, retryAfter }))
+      }
+      const outcome = yield* sql.withTransaction(Effect.gen(function* () {
+        if (!(yield* authorized(delivery))) return "unauthorized" as const
+        const inserted = yield* sql`
+          INSERT INTO idle_wake_connector_events
+            (event_id, delivery_id, connector_instance, endpoint_id, event, payload, cloud_attempt, received_at)
+          VALUES (${delivery.eventId}, ${delivery.deliveryId}, ${delivery.connectorInstance}, ${delivery.endpoint},
+                  ${delivery.event}, ${payload}, ${delivery.attempt}, now())
+          ON CONFLICT DO NOTHING
+          RETURNING 1 AS recorded`.withoutTransform
+        return inserted.length === 1 ? "recorded" as const : "duplicate" as const
+      })).pipe(storage, Effect.catchTag("IdleWakeStorageUnavailable", () =>
+        Effect.fail(new IdleWakeUnavailable({ reason: "storage-unavailable", correlationId }))))
+      if (outcome === "unauthorized") return yield* refused("event-endpoint-unauthorized", correlationId)
+      return { outcome, eventId: delivery.eventId } satisfies ConnectorEventReceipt
+    })
+
+    return { receive } as const
+  })
+}) {}

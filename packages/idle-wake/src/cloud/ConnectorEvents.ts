@@ -1,0 +1,167 @@
+import { Backoff, makeCorrelationId, workerLayer } from "@delivery/core"
+import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
+import { Duration, Effect, Either, Option, Queue, Redacted, Schema } from "effect"
+import { CONNECTOR_EVENT_TYPE, ConnectorEventReceipt } from "../ConnectorEventProtocol.ts"
+import type { StackId } from "../Domain.ts"
+import { signObject } from "../Protocol.ts"
+import { CloudSettingsTag } from "./CloudConfig.ts"
+import { CloudStacksRepo, type StackRow } from "./CloudStacksRepo.ts"
+import { ConnectorEventsRepo, type EventRow, type NewEvent } from "./ConnectorEventsRepo.ts"
+import { isForwardable } from "./Routing.ts"
+import { Wakes } from "./Wakes.ts"
+
+// github-broker-events-v1, the cloud's durable connector event queue (spec 001): "the existing queue target survives
+// a lost wake hint, failed wake, process restart and lease expiry. A 202 hint does not settle delivery. Only the
+// current event lease acknowledgment does." An event is committed before the broker's 202. The worker claims due
+// events with a lease; for an awake stack it delivers the event signed by the cloud control signer and settles it
+// only on the tenant's receipt, fenced by the claimed attempt; for a sleeping stack whose receipt binds the event's
+// connector instance it asks for the one coalesced wake and looks again shortly; anything else waits with backoff.
+// Nothing in memory is needed for recovery: a killed cloud's events are claimed again once their lease ends.
+
+/** Events one tick claims, and how many it delivers at once. */
+const CLAIM = 16
+const CONCURRENCY = 4
+/** How soon an event for a stack that is waking (or being stopped) is looked at again. */
+const WAITING_FOR_STACK = Duration.seconds(1)
+const decodeReceipt = Schema.decodeUnknownEither(ConnectorEventReceipt)
+
+export type Accepted = { readonly outcome: "queued" | "duplicate"; readonly eventId: string }
+
+type Outcome =
+  | { readonly _tag: "Delivered"; readonly code: string }
+  | { readonly _tag: "Dead"; readonly code: string }
+  | { readonly _tag: "Retry"; readonly code: string; readonly after?: Duration.Duration }
+
+export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@delivery/idle-wake/ConnectorEvents", {
+  scoped: Effect.gen(function* () {
+    const settings = yield* CloudSettingsTag
+    const repo = yield* ConnectorEventsRepo
+    const stacks = yield* CloudStacksRepo
+    const wakes = yield* Wakes
+    const client = (yield* HttpClient.HttpClient).pipe(HttpClient.withTracerPropagation(false))
+    const nudge = yield* Queue.sliding<void>(1)
+    const backoff = Backoff.make({ base: settings.events.retryBase, cap: settings.events.retryCap, jitter: 0.2 })
+
+    /**
+     * The broker's event, committed before the answer; a repeat of its GitHub delivery id is the same event. The
+     * worker is nudged at once (the wake hint); if this process dies first, the committed event is found anyway.
+     */
+    const accept = Effect.fn("ConnectorEvents.accept")(function* (event: NewEvent) {
+      const first = yield* repo.accept(event)
+      // A concurrent copy committed between this statement's snapshot and its insert: a second look finds it.
+      const row = first ?? (yield* repo.accept(event))
+      if (row === undefined) return Option.none<Accepted>()
+      yield* Queue.offer(nudge, undefined)
+      return Option.some<Accepted>({ outcome: row.queued ? "queued" : "duplicate", eventId: row.id })
+    })
+
+    /** One delivery to an awake stack: the tenant's receipt, a refusal to settle as dead, or a retry. */
+    const post = (event: EventRow, stack: StackRow, upstream: string) =>
+      Effect.gen(function* () {
+        const signed = signObject(
+          {
+            type: CONNECTOR_EVENT_TYPE,
+            version: 1,
+            stack: stack.id,
+            audience: stack.audience,
+            eventId: event.id,
+            deliveryId: event.delivery_id,
+            connectorInstance: event.connector_instance,
+            endpoint: event.endpoint_id,
+            event: event.event,
+            payload: Buffer.from(event.payload).toString("base64url"),
+            githubSignature: event.github_signature,
+            attempt: event.attempt,
+            keyId: settings.signingKeyId
+          },
+          Redacted.value(settings.signingKey)
+        )
+        const answer = yield* client.execute(
+          HttpClientRequest.post(`${upstream}/idle-wake/v1/connector-events`).pipe(HttpClientRequest.bodyUnsafeJson(signed))
+        ).pipe(
+          Effect.flatMap((response) => Effect.map(response.text, (text) => ({ status: response.status, text, retryAfter: response.headers["retry-after"] }))),
+          Effect.scoped,
+          Effect.timeout(settings.drainTimeout),
+          Effect.either
+        )
+        if (Either.isLeft(answer)) return { _tag: "Retry", code: "tenant-unreachable" } satisfies Outcome
+        const { status, text, retryAfter } = answer.right
+        const body = Either.try(() => JSON.parse(text) as { readonly reason?: unknown })
+        const reason = Either.isRight(body) && typeof body.right?.reason === "string" ? body.right.reason : `status-${status}`
+        if (status === 200) {
+          const receipt = Either.flatMap(Either.mapLeft(body, () => undefined), (json) => Either.mapLeft(decodeReceipt(json), () => undefined))
+          return Either.isRight(receipt) && receipt.right.eventId === event.id
+            ? { _tag: "Delivered", code: receipt.right.outcome } satisfies Outcome
+            : { _tag: "Retry", code: "receipt-invalid" } satisfies Outcome
+        }
+        // The tenant will never record it: a bad payload signature or an endpoint that is no longer authorized.
+        if (status === 422) return { _tag: "Dead", code: reason } satisfies Outcome
+        const seconds = Number(retryAfter)
+        return {
+          _tag: "Retry",
+          code: reason,
+          ...(status === 503 && Number.isInteger(seconds) && seconds > 0 ? { after: Duration.seconds(Math.min(seconds, 300)) } : {})
+        } satisfies Outcome
+      })
+
+    /** What to do with one claimed event, from its stack's state now. */
+    const decide = (event: EventRow, correlationId: string) =>
+      Effect.gen(function* () {
+        const found = yield* stacks.get(event.stack_id)
+        if (Option.isNone(found) || found.value.state === "archived") return { _tag: "Dead", code: "stack-archived" } satisfies Outcome
+        const stack = found.value
+        if (stack.upstream !== null && isForwardable({ state: stack.state, upstream: stack.upstream })) {
+          return yield* post(event, stack, stack.upstream)
+        }
+        if (stack.state === "suspended") return { _tag: "Retry", code: "stack-suspended" } satisfies Outcome
+        if (stack.recovery_hold) return { _tag: "Retry", code: "recovery-hold" } satisfies Outcome
+        const proof = stack.receipt?.profiles["github-broker-events-v1"]
+        if (stack.receipt === null || proof === undefined || proof.connectorInstance !== event.connector_instance) {
+          // Not a wake this event may cause: it waits, durable, until the stack is awake for another reason.
+          return { _tag: "Retry", code: "wake-not-permitted" } satisfies Outcome
+        }
+        yield* wakes.wake(
+          stack.id as StackId,
+          { challenge: stack.receipt.challenge, fingerprint: null, connectorInstance: event.connector_instance },
+          "connector-events",
+          correlationId
+        )
+        return { _tag: "Retry", code: "waking", after: WAITING_FOR_STACK } satisfies Outcome
+      })
+
+    const deliver = (event: EventRow) =>
+      Effect.gen(function* () {
+        const correlationId = makeCorrelationId()
+        const outcome = yield* decide(event, correlationId)
+        const recorded = outcome._tag === "Retry"
+          ? yield* Effect.flatMap(
+            outcome.after === undefined ? Backoff.delayFor(backoff, event.attempt) : Effect.succeed(outcome.after),
+            (delay) => repo.release(event.id, event.attempt, Duration.toMillis(delay), outcome.code)
+          )
+          : yield* repo.settle(event.id, event.attempt, outcome._tag === "Delivered" ? "delivered" : "dead", outcome.code)
+        yield* Effect.logInfo(recorded ? "connector event attempt recorded" : "connector event lease lost: nothing recorded").pipe(
+          Effect.annotateLogs({ event: event.id, stack: event.stack_id, attempt: event.attempt, outcome: outcome._tag, code: outcome.code, correlationId })
+        )
+      })
+
+    /** One bounded tick: claim, deliver, then wait for the poll interval or a nudge when there was nothing to do. */
+    const tick = Effect.gen(function* () {
+      const claimed = yield* repo.claim(CLAIM, Duration.toMillis(settings.events.lease))
+      yield* Effect.forEach(claimed, deliver, { concurrency: CONCURRENCY, discard: true })
+      if (claimed.length < CLAIM) yield* Effect.timeoutOption(Queue.take(nudge), settings.events.pollInterval)
+    }).pipe(
+      Effect.catchAll((error) =>
+        Effect.zipRight(Effect.logWarning("connector event tick failed", { reason: error._tag }), Effect.sleep(settings.events.pollInterval)))
+    )
+
+    const summary = repo.summary
+    return { accept, tick, summary } as const
+  }),
+  dependencies: [ConnectorEventsRepo.Default, FetchHttpClient.layer]
+}) {}
+
+/** The delivery worker of the cloud role (registered, so `/ready` shows it). */
+export const connectorEventWorker = workerLayer(
+  "connector-event-delivery",
+  Effect.flatMap(ConnectorEvents, (events) => Effect.forever(events.tick))
+)
