@@ -142,7 +142,13 @@ describe("configuration", () => {
     IDLE_WAKE_LOCAL_RUN_DIR: " ",
     IDLE_WAKE_LOCAL_ENTRY: "",
     IDLE_WAKE_LOCAL_START_TIMEOUT: "0 seconds",
-    IDLE_WAKE_LOCAL_STOP_TIMEOUT: "x"
+    IDLE_WAKE_LOCAL_STOP_TIMEOUT: "x",
+    IDLE_WAKE_GITHUB_WEBHOOK_SECRET: "short",
+    IDLE_WAKE_CONNECTOR_TOKEN: "short",
+    IDLE_WAKE_EVENT_LEASE: "0 seconds",
+    IDLE_WAKE_EVENT_POLL_INTERVAL: "x",
+    IDLE_WAKE_EVENT_RETRY_BASE: "2 hours",
+    IDLE_WAKE_EVENT_RETRY_CAP: "0 seconds"
   }
 
   // Read only with ROLE=cloud: each is checked with the rest of a valid cloud configuration.
@@ -168,7 +174,7 @@ describe("configuration", () => {
     RECEIPT_STORAGE_ROOT: "/srv/receipts/storage"
   }
   // Read only with IDLE_WAKE_STACK: each is checked with the other two valid, so its own validation speaks.
-  const readWithStack = new Set(["IDLE_WAKE_AUDIENCE", "IDLE_WAKE_CLOUD_KEYS", "IDLE_WAKE_REPORT_KEY"])
+  const readWithStack = new Set(["IDLE_WAKE_AUDIENCE", "IDLE_WAKE_CLOUD_KEYS", "IDLE_WAKE_REPORT_KEY", "IDLE_WAKE_GITHUB_WEBHOOK_SECRET"])
   const idleWakeStack = (except: string): Record<string, string> => {
     const all: Record<string, string> = {
       IDLE_WAKE_STACK: "stack-1",
