@@ -18,6 +18,8 @@ CREATE TABLE idle_wake_cloud_connector_events (
   github_signature   text NOT NULL CHECK (github_signature ~ '^sha256=[0-9a-f]{64}$'),
   state              text NOT NULL CHECK (state IN ('pending', 'delivered', 'dead')),
   attempt            integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+  -- Failed deliveries only (a claim that found the stack waking is not one): the backoff's exponent.
+  failures           integer NOT NULL DEFAULT 0 CHECK (failures >= 0),
   available_at       timestamptz NOT NULL,
   lease_expires_at   timestamptz,
   last_code          text,

@@ -46,6 +46,8 @@ export interface World {
   readonly processes: () => ReadonlyArray<Backend>
   /** Every loopback port the proof listened on or gave a backend (checked free again at the end). */
   readonly ports: () => ReadonlyArray<number>
+  /** A free loopback port for a listener the proof does not start itself (a cloud's proxy, a stack); checked too. */
+  readonly reservePort: Effect.Effect<number>
 }
 
 const secret = (prefix: string) => `${prefix}-${randomBytes(32).toString("base64url")}`
@@ -131,6 +133,7 @@ export const makeWorld: Effect.Effect<World, unknown, Scope.Scope> = Effect.gen(
     start: (name, options = {}) => Effect.provideService(launch(name, options, true), Scope.Scope, worldScope),
     spawn: (name, options = {}) => Effect.provideService(launch(name, options, false), Scope.Scope, worldScope),
     processes: () => processes.slice(),
-    ports: () => ports.slice()
+    ports: () => ports.slice(),
+    reservePort: Effect.tap(freePort, (port) => Effect.sync(() => ports.push(port)))
   } satisfies World
 })

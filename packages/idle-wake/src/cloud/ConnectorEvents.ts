@@ -135,8 +135,9 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
         const outcome = yield* decide(event, correlationId)
         const recorded = outcome._tag === "Retry"
           ? yield* Effect.flatMap(
-            outcome.after === undefined ? Backoff.delayFor(backoff, event.attempt) : Effect.succeed(outcome.after),
-            (delay) => repo.release(event.id, event.attempt, Duration.toMillis(delay), outcome.code)
+            // Backoff counts failed deliveries, not claims: waiting for a wake does not push later retries to the cap.
+            outcome.after === undefined ? Backoff.delayFor(backoff, event.failures + 1) : Effect.succeed(outcome.after),
+            (delay) => repo.release(event.id, event.attempt, Duration.toMillis(delay), outcome.code, outcome.code !== "waking")
           )
           : yield* repo.settle(event.id, event.attempt, outcome._tag === "Delivered" ? "delivered" : "dead", outcome.code)
         yield* Effect.logInfo(recorded ? "connector event attempt recorded" : "connector event lease lost: nothing recorded").pipe(

@@ -17,7 +17,8 @@ export const EventRow = Schema.Struct({
   event: Schema.String,
   payload: Schema.Uint8ArrayFromSelf,
   github_signature: Schema.String,
-  attempt: Schema.Number
+  attempt: Schema.Number,
+  failures: Schema.Number
 })
 export type EventRow = typeof EventRow.Type
 const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
@@ -72,7 +73,7 @@ export class ConnectorEventsRepo extends Effect.Service<ConnectorEventsRepo>()("
           limit,
           lease: sql`lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'`,
           returning: sql`m.id::text AS id, m.stack_id, m.connector_instance, m.endpoint_id, m.delivery_id, m.event, m.payload,
-            m.github_signature, m.attempt`
+            m.github_signature, m.attempt, m.failures`
         })}
         SELECT * FROM claimed`.withoutTransform,
         decodeEvents
@@ -89,12 +90,13 @@ export class ConnectorEventsRepo extends Effect.Service<ConnectorEventsRepo>()("
         (rows) => rows.length === 1
       ).pipe(storage("settleConnectorEvent"))
 
-    /** Back to the queue, due again after `delayMs`, with the reason; fenced like every outcome. */
-    const release = (id: string, attempt: number, delayMs: number, code: string) =>
+    /** Back to the queue, due again after `delayMs`, with the reason (a failed delivery counted); fenced like every outcome. */
+    const release = (id: string, attempt: number, delayMs: number, code: string, failed: boolean) =>
       Effect.map(
         sql`
           UPDATE idle_wake_cloud_connector_events
-          SET lease_expires_at = NULL, available_at = now() + ${delayMs} * interval '1 millisecond', last_code = ${code}
+          SET lease_expires_at = NULL, available_at = now() + ${delayMs} * interval '1 millisecond', last_code = ${code},
+              failures = failures + ${failed ? 1 : 0}
           WHERE id = ${id}::uuid AND attempt = ${attempt} AND state = 'pending'
           RETURNING id`.withoutTransform,
         (rows) => rows.length === 1
