@@ -4,6 +4,8 @@ import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber, Schedule } from "effect"
 import { createHmac, randomBytes } from "node:crypto"
+import { ASSERTION_TYPE, DRAIN_READ_ACTION, signObject } from "@delivery/idle-wake"
+import { privateKeyFromSeed } from "@delivery/signer"
 import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -302,6 +304,87 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("idle w
       // Give a replay, if there were one, time to arrive.
       yield* Effect.sleep("500 millis")
       expect(existsSync(log) ? readFileSync(log, "utf8").trim().split("\n") : []).toEqual(["POST /api/receipts HTTP/1.1"])
+    }))
+
+  it.scoped("manual suspension, a recovery hold and archiving answer non-success without forwarding or starting compute; an uncertain stop keeps the receipt and recovery asks the provider", () =>
+    Effect.gen(function* () {
+      const stack = yield* makeStack()
+      const cloud = yield* startCloud({ stacks: [stack] })
+      const host = `${stack.id}.tenants.test`
+      const token = yield* asleepWithKey(cloud, stack, host)
+      const before = startsOf(cloud, stack)
+      const stackRoute = (action: string, body?: unknown) =>
+        call(cloud.port, "POST", `/operator/cloud/stacks/${stack.id}/${action}`, { ...op, ...(body === undefined ? {} : { body }) })
+
+      expect((yield* stackRoute("recovery-hold", { hold: true })).json).toMatchObject({ state: "asleep", recoveryHold: true })
+      expectRefused(yield* viaProxy(cloud, host, "GET", NO_ROUTE, { token }), 503, "recovery-hold")
+      expect(startsOf(cloud, stack)).toBe(before)
+      expect((yield* stackRoute("recovery-hold", { hold: false })).json.recoveryHold).toBe(false)
+      expect((yield* viaProxy(cloud, host, "GET", NO_ROUTE, { token })).status).toBe(404)
+      expect(startsOf(cloud, stack)).toBe(before + 1)
+
+      const suspended = yield* stackRoute("suspend")
+      expect(suspended.json).toMatchObject({ state: "suspended", receipt: null, stop: "Stopped" })
+      expectRefused(yield* viaProxy(cloud, host, "GET", NO_ROUTE, { token }), 503, "stack-suspended")
+      expect(yield* probePort(stack.port)).toBe("refused")
+      expect((yield* stackRoute("wake")).status).toBe(409)
+      expect((yield* stackRoute("resume")).json.state).toBe("awake")
+      expect((yield* viaProxy(cloud, host, "GET", NO_ROUTE, { token })).status).toBe(404)
+
+      const archived = yield* stackRoute("archive")
+      expect(archived.json).toMatchObject({ state: "archived", stop: "Stopped" })
+      expectRefused(yield* viaProxy(cloud, host, "GET", NO_ROUTE, { token }), 421, "host-unknown")
+      expect((yield* stackRoute("resume")).json).toMatchObject({ _tag: "CloudConflict", reason: "stack-archived" })
+      expect(yield* probePort(stack.port)).toBe("refused")
+
+      // A provider that cannot confirm the stop in time (1 ms): the receipt stays; recovery finds compute down.
+      const other = yield* makeStack()
+      const hasty = yield* startCloud({ stacks: [other], env: { IDLE_WAKE_LOCAL_STOP_TIMEOUT: "1 millis" } })
+      const otherHost = `${other.id}.tenants.test`
+      yield* registerStack(hasty, other, otherHost)
+      const { token: otherToken } = yield* tenantWithKey(other.port)
+      expect(yield* sleepStack(hasty, other)).toEqual({ outcome: "stop-uncertain", code: "compute-stop-timeout" })
+      expect(yield* stackState(hasty, other)).toMatchObject({ state: "stop-uncertain", receipt: { keys: expect.any(Number) } })
+      yield* Effect.sleep("2 seconds")
+      const recovered = yield* call(hasty.port, "POST", `/operator/cloud/stacks/${other.id}/recover`, op)
+      expect(recovered.json).toMatchObject({ state: "asleep", receipt: { keys: expect.any(Number) } })
+      expect((yield* viaProxy(hasty, otherHost, "GET", "/api/whoami", { token: otherToken })).status).toBe(200)
+    }))
+
+  it.scoped("a request that races a tenant drain gets the tenant's real 503 with Retry-After, passed through unchanged", () =>
+    Effect.gen(function* () {
+      const stack = yield* makeStack()
+      const cloud = yield* startCloud({ stacks: [stack] })
+      const host = `${stack.id}.tenants.test`
+      yield* registerStack(cloud, stack, host)
+      const { token } = yield* tenantWithKey(stack.port)
+      // Another cycle's final read holds the tenant (signed by the cloud's key) while this cloud still routes to it.
+      const idleHold = randomBytes(32).toString("base64url")
+      const read = (phase: "final" | "release") => {
+        const now = Date.now()
+        return call(stack.port, "POST", "/idle-wake/v1/drain-reads", {
+          body: signObject({
+            type: ASSERTION_TYPE,
+            version: 2,
+            action: DRAIN_READ_ACTION,
+            stack: stack.id,
+            audience: stack.audience,
+            requestId: randomBytes(18).toString("base64url"),
+            issuedAt: new Date(now).toISOString(),
+            expiresAt: new Date(now + 60_000).toISOString(),
+            keyId: "cloud-1",
+            cycle: { idleHold, phase, holdSeconds: 20 },
+            idleCapabilities: { incomingWake: { version: 1, profiles: [{ profile: "tenant-api-http-v2", routes: ["api"] }] } }
+          }, privateKeyFromSeed(cloud.cloudSeed))
+        })
+      }
+      expect((yield* read("final")).json.hold).toBe("held")
+      const raced = yield* viaProxy(cloud, host, "GET", "/api/whoami", { token })
+      expect(raced.status).toBe(503)
+      expect(raced.json).toMatchObject({ _tag: "TenantDraining", reason: "tenant-draining" })
+      expect(Number(raced.headers["retry-after"])).toBeGreaterThanOrEqual(1)
+      expect((yield* read("release")).json.hold).toBe("released")
+      expect((yield* viaProxy(cloud, host, "GET", "/api/whoami", { token })).status).toBe(200)
     }))
 
   it.scoped("broker events (github-broker-events-v1) survive a killed cloud process and a lost wake hint; the lease's acknowledgement settles them once; duplicates are absorbed", () =>

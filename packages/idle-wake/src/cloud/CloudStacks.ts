@@ -62,6 +62,10 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
     const conflict = (reason: CloudConflict["reason"], correlationId: string, state?: StackState) =>
       Effect.fail(new CloudConflict({ reason, correlationId: correlationId as never, ...(state === undefined ? {} : { state }) }))
 
+    /** The conflict of a change the stack's current state does not allow. */
+    const stateConflict = (row: StackRow, correlationId: string) =>
+      conflict(row.state === "archived" ? "stack-archived" : "stack-state", correlationId, row.state)
+
     const existing = (stack: string, correlationId: string) =>
       Effect.flatMap(repo.get(stack), Option.match({ onNone: () => notFound(correlationId), onSome: Effect.succeed }))
 
@@ -70,8 +74,7 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
       Effect.gen(function* () {
         yield* routing.changed(stack)
         if (Option.isSome(moved)) return viewOf(moved.value)
-        const now = yield* existing(stack, correlationId)
-        return yield* conflict(now.state === "archived" ? "stack-archived" : "stack-state", correlationId, now.state)
+        return yield* stateConflict(yield* existing(stack, correlationId), correlationId)
       })
 
     /**
@@ -143,12 +146,12 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
     const wake = Effect.fn("CloudStacks.wake")(function* (stack: StackId, correlationId: string) {
       const row = yield* existing(stack, correlationId)
       if (row.state === "awake") return viewOf(row)
-      if (row.receipt === null) return yield* conflict("stack-state", correlationId, row.state)
+      if (row.receipt === null) return yield* stateConflict(row, correlationId)
       const ticket = yield* wakes.wake(stack, { challenge: row.receipt.challenge, fingerprint: null, connectorInstance: null }, "operator", correlationId)
       const result = yield* Deferred.await(ticket).pipe(Effect.timeoutOption(Duration.sum(admission.readinessWait, Duration.seconds(5))))
       const now = yield* existing(stack, correlationId)
       if (Option.isSome(result) && result.value._tag === "Awake") return viewOf(now)
-      return yield* conflict("stack-state", correlationId, now.state)
+      return yield* stateConflict(now, correlationId)
     })
 
     /** Manual suspension: no wake, the receipt cleared, then compute stopped. */
@@ -162,12 +165,12 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
     /** An operator's resume: compute started and ready, then the stack is awake. */
     const resume = Effect.fn("CloudStacks.resume")(function* (stack: StackId, correlationId: string) {
       const row = yield* existing(stack, correlationId)
-      if (row.state !== "suspended") return yield* conflict("stack-state", correlationId, row.state)
+      if (row.state !== "suspended") return yield* stateConflict(row, correlationId)
       const target = yield* compute.prepare(stack)
       const ready = yield* pollUntil(Effect.map(compute.readiness(stack, target), (ok) => (ok ? true : undefined)), Duration.millis(200)).pipe(
         Effect.timeoutOption(admission.readinessWait)
       )
-      if (Option.isNone(ready)) return yield* conflict("stack-state", correlationId, row.state)
+      if (Option.isNone(ready)) return yield* stateConflict(row, correlationId)
       return yield* Effect.flatMap(repo.resume(stack, target.upstream, correlationId), settled(stack, correlationId))
     })
 
