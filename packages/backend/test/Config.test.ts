@@ -148,7 +148,8 @@ describe("configuration", () => {
     IDLE_WAKE_EVENT_LEASE: "0 seconds",
     IDLE_WAKE_EVENT_POLL_INTERVAL: "x",
     IDLE_WAKE_EVENT_RETRY_BASE: "2 hours",
-    IDLE_WAKE_EVENT_RETRY_CAP: "0 seconds"
+    IDLE_WAKE_EVENT_RETRY_CAP: "0 seconds",
+    IDLE_WAKE_SLEEP_EVERY: "sometimes"
   }
 
   // Read only with ROLE=cloud: each is checked with the rest of a valid cloud configuration.

@@ -387,6 +387,29 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("idle w
       expect((yield* viaProxy(cloud, host, "GET", "/api/whoami", { token })).status).toBe(200)
     }))
 
+  it.scoped("quiet cycles: an idle stack awake for a whole interval is put to sleep on its own; a stack in use stays awake", () =>
+    Effect.gen(function* () {
+      const idle = yield* makeStack()
+      const busy = yield* makeStack()
+      const cloud = yield* startCloud({ stacks: [idle, busy], env: { IDLE_WAKE_SLEEP_EVERY: "2 seconds" } })
+      yield* registerStack(cloud, idle, `${idle.id}.tenants.test`)
+      yield* registerStack(cloud, busy, `${busy.id}.tenants.test`)
+      const { token } = yield* tenantWithKey(busy.port)
+      // A successful request with a key: the tenant holds ten minutes of API activity.
+      expect((yield* viaProxy(cloud, `${busy.id}.tenants.test`, "GET", "/api/whoami", { token })).status).toBe(200)
+      yield* stackState(cloud, idle).pipe(
+        Effect.repeat({ until: (state) => state.state === "asleep", schedule: Schedule.spaced("200 millis") }),
+        Effect.timeout("20 seconds")
+      )
+      expect(yield* probePort(idle.port)).toBe("refused")
+      // The busy one was offered cycles too, and refused them.
+      yield* Effect.sleep("3 seconds")
+      const busyState = yield* stackState(cloud, busy)
+      expect(busyState.state).toBe("awake")
+      expect(busyState.audit.map((entry: { action: string }) => entry.action)).toContain("sleep-aborted")
+      expect(yield* probePort(busy.port)).toBe("open")
+    }))
+
   it.scoped("broker events (github-broker-events-v1) survive a killed cloud process and a lost wake hint; the lease's acknowledgement settles them once; duplicates are absorbed", () =>
     Effect.gen(function* () {
       const tenantDb = yield* Effect.provide(createDatabase, PgClusterFromVitest)

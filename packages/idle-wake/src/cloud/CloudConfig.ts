@@ -44,6 +44,8 @@ export interface CloudSettings {
   readonly drainTimeout: Duration.Duration
   readonly local: LocalComputeSettings
   readonly events: ConnectorEventSettings
+  /** How often every awake stack is offered a sleep cycle (none: only when an operator asks). */
+  readonly sleepEvery: Option.Option<Duration.Duration>
 }
 
 /** github-broker-events-v1: the broker's credential and the connector event queue's worker. */
@@ -139,7 +141,19 @@ export const CloudConfig: Config.Config<CloudSettings> = Config.all({
   assertionLifetime: boundedDuration("IDLE_WAKE_ASSERTION_LIFETIME", "2 minutes", Duration.hours(1)),
   drainTimeout: boundedDuration("IDLE_WAKE_DRAIN_TIMEOUT", "10 seconds", Duration.minutes(5)),
   local: LocalComputeConfig,
-  events: EventsConfig
+  events: EventsConfig,
+  sleepEvery: Config.string().pipe(
+    Config.mapOrFail((text) => {
+      if (text === "off") return Either.right(Option.none<Duration.Duration>())
+      const decoded = Duration.decodeUnknown(text)
+      return Option.isSome(decoded) && Duration.isFinite(decoded.value) &&
+          Duration.greaterThanOrEqualTo(decoded.value, Duration.seconds(1)) && Duration.lessThanOrEqualTo(decoded.value, Duration.days(1))
+        ? Either.right(Option.some(decoded.value))
+        : Either.left(ConfigError.InvalidData([], "Expected `off` or a duration between 1 second and 1 day, such as \"10 minutes\""))
+    }),
+    Config.nested("IDLE_WAKE_SLEEP_EVERY"),
+    Config.withDefault(Option.some(Duration.minutes(10)))
+  )
 }).pipe(
   Config.map(({ signing, ...rest }) => ({ signingKeyId: signing.keyId, signingKey: signing.privateKey, ...rest }))
 )
@@ -163,6 +177,7 @@ export const CLOUD_CONFIG = [
   { name: "IDLE_WAKE_SLEEP_LEASE", default: "2 minutes", meaning: "ROLE=cloud: lease of the sleep operation lock; a cycle not finished by then is fenced off", secret: false },
   { name: "IDLE_WAKE_ASSERTION_LIFETIME", default: "2 minutes", meaning: "ROLE=cloud: validity of each drain assertion; must not exceed the tenants' IDLE_WAKE_ASSERTION_MAX_LIFETIME", secret: false },
   { name: "IDLE_WAKE_DRAIN_TIMEOUT", default: "10 seconds", meaning: "ROLE=cloud: bound on each drain read's HTTP exchange", secret: false },
+  { name: "IDLE_WAKE_SLEEP_EVERY", default: "10 minutes", meaning: "ROLE=cloud: how often every awake stack is offered a sleep cycle (the tenant's own blockers decide; a stack in use stays awake); `off`: only when an operator asks", secret: false },
   { name: "IDLE_WAKE_CONNECTOR_TOKEN", default: "(unset: connector events refused)", meaning: "ROLE=cloud: bearer token (32-256 printable ASCII characters) of the GitHub broker that posts connector events to POST /cloud/v1/connector-events", secret: true },
   { name: "IDLE_WAKE_EVENT_LEASE", default: "30 seconds", meaning: "ROLE=cloud: lease of a claimed connector event; an event whose delivery was not acknowledged by then is claimed again", secret: false },
   { name: "IDLE_WAKE_EVENT_POLL_INTERVAL", default: "1 second", meaning: "ROLE=cloud: how often the connector event worker looks for due events (an accepted event wakes it at once)", secret: false },

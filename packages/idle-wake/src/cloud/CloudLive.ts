@@ -1,4 +1,5 @@
-import { Layer } from "effect"
+import { Layer, Option } from "effect"
+import { sleepSchedulerWorker } from "./SleepScheduler.ts"
 import { AdmissionLive } from "./Admission.ts"
 import { type CloudSettings, CloudSettingsTag } from "./CloudConfig.ts"
 import { CloudStacks } from "./CloudStacks.ts"
@@ -18,7 +19,12 @@ import { WakeProxy } from "./WakeProxy.ts"
  * `WorkerRegistry`.
  */
 export const cloudLayer = (settings: CloudSettings) =>
-  Layer.mergeAll(CloudStacks.Default, WakeProxy.Default, connectorEventWorker).pipe(
+  Layer.mergeAll(
+    CloudStacks.Default,
+    WakeProxy.Default,
+    connectorEventWorker,
+    Option.match(settings.sleepEvery, { onNone: () => Layer.empty, onSome: sleepSchedulerWorker })
+  ).pipe(
     Layer.provideMerge(ConnectorEvents.Default),
     Layer.provideMerge(Layer.mergeAll(SleepOperation.Default, Wakes.Default)),
     Layer.provideMerge(Layer.mergeAll(Routing.Default, DrainClient.Default, AdmissionLive)),
