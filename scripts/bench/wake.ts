@@ -1,8 +1,8 @@
-import { createDatabase, freePort, OPERATOR_TOKEN, PgCluster, spawnBunScript, startCluster } from "@delivery/testing"
+import { createDatabase, freePort, killStacks, OPERATOR_TOKEN, PgCluster, spawnBunScript, startCluster } from "@delivery/testing"
 import { encodeBase64Url, privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
 import { Effect } from "effect"
 import { createPublicKey, randomBytes } from "node:crypto"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { cpus, loadavg, tmpdir } from "node:os"
 import { join } from "node:path"
@@ -244,21 +244,6 @@ const expectStatus = (what: string, answer: { readonly status: number; readonly 
 
 const call = (port: number, method: string, path: string, body?: unknown) => Effect.promise(() => json(port, method, path, body))
 
-/** Kills every tenant process the cloud started (their pid files): the provider leaves them running on purpose. */
-const killStacks = (runDir: string) =>
-  Effect.sync(() => {
-    for (const name of existsSync(runDir) ? readdirSync(runDir) : []) {
-      if (!name.endsWith(".pid")) continue
-      const pid = Number(readFileSync(join(runDir, name), "utf8").split("\n")[0])
-      try {
-        process.kill(-pid, "SIGKILL")
-      } catch {
-        // Already gone.
-      }
-    }
-    rmSync(runDir, { recursive: true, force: true })
-  })
-
 /** The pids of `root` and every process below it (`bun run start` runs the cloud in a child process). */
 const processTree = (root: number): Array<number> => {
   const parents = new Map<number, number>()
@@ -312,7 +297,7 @@ export const runWakeBench = (options: WakeBenchOptions): Effect.Effect<WakeBench
     const stackDb = yield* createDatabase.pipe(Effect.provideService(PgCluster, cluster))
     // Registered after the databases: closed first, so no tenant outlives the bench or holds its database.
     const runDir = mkdtempSync(join(tmpdir(), "bench-wake-"))
-    yield* Effect.addFinalizer(() => killStacks(runDir))
+    yield* Effect.addFinalizer(() => killStacks(runDir, { remove: true }))
 
     const stack = `stack-${randomBytes(3).toString("hex")}`
     const host = `${stack}.tenants.test`

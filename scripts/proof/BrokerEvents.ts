@@ -1,8 +1,8 @@
 import { encodeBase64Url, privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
-import { probePort } from "@delivery/testing"
+import { killStacks, probePort } from "@delivery/testing"
 import { Effect } from "effect"
 import { createHmac, createPublicKey, randomBytes } from "node:crypto"
-import { existsSync, mkdirSync, readdirSync, readFileSync } from "node:fs"
+import { mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { readPool } from "./faults/Support.ts"
 import { call, pollUntil } from "./primary/Http.ts"
@@ -53,16 +53,7 @@ export const brokerEvents: Scenario = {
         IDLE_WAKE_EVENT_RETRY_CAP: "1 second"
       }
       // The stacks the cloud starts live in process groups of their own: they are stopped here, whatever happens.
-      const stopStacks = Effect.sync(() => {
-        for (const file of existsSync(runDir) ? readdirSync(runDir) : []) {
-          if (!file.endsWith(".pid")) continue
-          try {
-            process.kill(-Number(readFileSync(join(runDir, file), "utf8").split("\n")[0]), "SIGKILL")
-          } catch {
-            // Already gone.
-          }
-        }
-      })
+      const stopStacks = killStacks(runDir, { remove: false })
 
       return yield* Effect.gen(function* () {
         const op = { token: world.operatorToken }

@@ -1,9 +1,9 @@
-import { createDatabase, freePort, OPERATOR_TOKEN, spawnBunScript, TestDatabase } from "@delivery/testing"
+import { createDatabase, freePort, killStacks, OPERATOR_TOKEN, spawnBunScript, stackPids, TestDatabase } from "@delivery/testing"
 import { encodeBase64Url, privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
 import { PgClusterFromVitest } from "@delivery/testing/vitest"
 import { Effect, Schedule } from "effect"
 import { createPublicKey, randomBytes } from "node:crypto"
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { call, type CallOptions } from "./Http.ts"
@@ -41,22 +41,6 @@ export const makeStack = (options: { readonly databaseUrl?: string; readonly env
     } satisfies StackSpec
   })
 
-/** Kills every tenant process a cloud started (their pid files), whatever the test did: nothing outlives a test. */
-const killStacks = (runDir: string) =>
-  Effect.sync(() => {
-    for (const name of existsSync(runDir) ? readdirSync(runDir) : []) {
-      if (!name.endsWith(".pid")) continue
-      // A pid file is `<pid>\n<start time>\n`.
-      const pid = Number(readFileSync(join(runDir, name), "utf8").split("\n")[0])
-      try {
-        process.kill(-pid, "SIGKILL")
-      } catch {
-        // Already gone.
-      }
-    }
-    rmSync(runDir, { recursive: true, force: true })
-  })
-
 export interface CloudOptions {
   readonly stacks: ReadonlyArray<StackSpec>
   readonly env?: Readonly<Record<string, string>>
@@ -86,7 +70,7 @@ export const startCloud = (options: CloudOptions) =>
   Effect.gen(function* () {
     const databaseUrl = options.databaseUrl ?? (yield* Effect.provide(createDatabase, PgClusterFromVitest)).url
     const runDir = options.runDir ?? mkdtempSync(join(tmpdir(), "cloud-stacks-"))
-    if (options.runDir === undefined) yield* Effect.addFinalizer(() => killStacks(runDir))
+    if (options.runDir === undefined) yield* Effect.addFinalizer(() => killStacks(runDir, { remove: true }))
     const cloudSeed = options.cloudSeed ?? randomBytes(32)
     const cloudPublicKey = encodeBase64Url(rawPublicKey(createPublicKey(privateKeyFromSeed(cloudSeed))))
     const port = yield* freePort
@@ -137,7 +121,7 @@ export const sleepStack = (cloud: Cloud, stack: StackSpec) =>
 /** The pid in a stack's pid file (the tenant process the provider started), or undefined. */
 export const stackPid = (cloud: Cloud, stack: StackSpec): number | undefined => {
   const file = join(cloud.runDir, `${stack.id}.pid`)
-  return existsSync(file) ? Number(readFileSync(file, "utf8").split("\n")[0]) : undefined
+  return existsSync(file) ? stackPids(cloud.runDir).find((pid) => readFileSync(file, "utf8").startsWith(`${pid}\n`)) : undefined
 }
 
 /** How many times the provider started a stack: "listening on" lines in its log. */
