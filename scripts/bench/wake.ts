@@ -332,7 +332,7 @@ export const runWakeBench = (options: WakeBenchOptions): Effect.Effect<WakeBench
       IDLE_WAKE_LOCAL_RUN_DIR: runDir,
       IDLE_WAKE_SLEEP_HOLD: "30 seconds",
       // Each request names its own source, so the per-source bounds never decide what is measured here.
-      IDLE_WAKE_TRUSTED_PROXY: "127.0.0.1"
+      TRUSTED_PROXY_HOPS: "1"
     })
     yield* cloud.waitForOutput(/wake proxy listening on http:/, "60 seconds")
     log(`load average at start ${loadavg().map((n) => n.toFixed(2)).join(" ")} (${cpus().length} cores; other work on the machine shows in every figure)`)

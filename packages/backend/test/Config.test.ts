@@ -124,7 +124,6 @@ describe("configuration", () => {
     IDLE_WAKE_CLOUD_SIGNING_KEY: "cloud-1:short",
     IDLE_WAKE_PROXY_HOST: "proxy.internal",
     IDLE_WAKE_PROXY_PORT: "70000",
-    IDLE_WAKE_TRUSTED_PROXY: "10.0.0.1,proxy.internal",
     IDLE_WAKE_WAITING_MAX: "0",
     IDLE_WAKE_WAITING_PER_STACK: "0",
     IDLE_WAKE_WAITING_PER_SOURCE: "x",

@@ -155,7 +155,7 @@ layer(SuiteLayer, { excludeTestServices: true, timeout: 120_000 })("delivery-adm
       expect(refused.slice(2).map((line) => line.split(/\s{2,}/)[0])).toContain("local-api-activity")
 
       expect(yield* cliJson(["cloud", "archive", b.id], env)).toMatchObject({ stack: b.id, state: "archived", stop: "Stopped", receipt: null })
-      yield* expectRefused(["cloud", "resume", b.id], env, { tag: "CloudConflict", reason: "stack-state", status: 409, details: { state: "archived" } })
+      yield* expectRefused(["cloud", "resume", b.id], env, { tag: "CloudConflict", reason: "stack-archived", status: 409, details: { state: "archived" } })
     }))
 
   it.scoped("cloud sleep puts an idle stack to sleep (asleep), then answers not-awake; cloud wake wakes it; hold and release set and clear the recovery hold; suspend stops it (a wake is then refused stack-state, with the state), resume brings it back awake", () =>

@@ -70,11 +70,14 @@ const fromRight = (header: string, hops: number): string | undefined => {
   return undefined
 }
 
-export const peerOf = (request: HttpServerRequest.HttpServerRequest, trustedProxyHops: number): string => {
+/** The peer from a request's X-Forwarded-For header and socket address, under `trustedProxyHops` (see above). */
+export const peerFrom = (forwarded: string | null | undefined, remoteAddress: string | undefined, trustedProxyHops: number): string => {
   if (trustedProxyHops > 0) {
-    const forwarded = request.headers["x-forwarded-for"]
-    const candidate = forwarded === undefined ? undefined : normalizeAddress(fromRight(forwarded, trustedProxyHops))
+    const candidate = forwarded === undefined || forwarded === null ? undefined : normalizeAddress(fromRight(forwarded, trustedProxyHops))
     if (candidate !== undefined) return candidate
   }
-  return normalizeAddress(Option.getOrUndefined(request.remoteAddress)) ?? "unknown"
+  return normalizeAddress(remoteAddress) ?? "unknown"
 }
+
+export const peerOf = (request: HttpServerRequest.HttpServerRequest, trustedProxyHops: number): string =>
+  peerFrom(request.headers["x-forwarded-for"], Option.getOrUndefined(request.remoteAddress), trustedProxyHops)

@@ -10,7 +10,7 @@ export {
 export { AuthenticatedRequest, Authentication, AuthenticationFailure, CurrentIdentity, requirePermission } from "./Authentication.ts"
 export { type ApiKeyMaterial, presentedKeyMaterial, type PresentedKeyMaterial } from "./KeyMaterial.ts"
 export { authenticationLayer, AuthenticationLive } from "./AuthenticationLive.ts"
-export { peerOf } from "./Peer.ts"
+export { peerFrom, peerOf } from "./Peer.ts"
 export {
   consumeOrRefuse,
   IDENTITY_CONFIG,

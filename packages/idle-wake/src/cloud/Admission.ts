@@ -88,11 +88,13 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
 
     /**
      * The three wake budgets, consumed only by a request whose key matched the stored receipt (unknown inputs never
-     * consume provider-start quota) and only when it starts a new wake (joining one in flight costs nothing).
+     * consume provider-start quota) and only when it starts a new wake (joining one in flight costs nothing). Consumed
+     * in order source, stack, aggregate: a refusal by a later one has spent the earlier ones.
      */
     const wakeBudget = (stack: string, source: string) =>
-      budget(`idle-wake:stack-wakes:${stack}`, settings.stackWakesPerHour, Duration.hours(1), "stack-wake-budget").pipe(
-        Effect.zipRight(budget(`idle-wake:source-wakes:${source}`, settings.sourceWakesPer10Minutes, TEN_MINUTES, "source-wake-budget")),
+      // The source's own budget first: a source that is refused spends nothing of the stack's or everyone's.
+      budget(`idle-wake:source-wakes:${source}`, settings.sourceWakesPer10Minutes, TEN_MINUTES, "source-wake-budget").pipe(
+        Effect.zipRight(budget(`idle-wake:stack-wakes:${stack}`, settings.stackWakesPerHour, Duration.hours(1), "stack-wake-budget")),
         Effect.zipRight(budget("idle-wake:wakes", settings.wakesPerMinute, Duration.minutes(1), "wake-budget"))
       )
 

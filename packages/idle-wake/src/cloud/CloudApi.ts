@@ -102,10 +102,7 @@ const stackRoute = <N extends string>(name: N, path: string) =>
     .addError(CloudNotFound, { status: 404 })
     .addError(CloudConflict, { status: 409 })
 
-/**
- * The cloud role's operator routes, behind `OperatorAuthentication`. In other roles every route answers 503
- * `cloud-unconfigured`.
- */
+/** The cloud role's operator routes, behind `OperatorAuthentication`; served by ROLE=cloud processes only. */
 export class IdleWakeCloudApi extends HttpApiGroup.make("idleWakeCloud")
   .add(
     HttpApiEndpoint.get("listStacks", base)

@@ -31,8 +31,8 @@ export interface CloudSettings {
   readonly signingKey: Redacted.Redacted<KeyObject>
   readonly proxyHost: string
   readonly proxyPort: number
-  /** Socket addresses of the one trusted proxy hop allowed to name the source in X-Forwarded-For. */
-  readonly trustedProxies: ReadonlySet<string>
+  /** TRUSTED_PROXY_HOPS: how many proxies in front may name a request's source in X-Forwarded-For (0: the socket). */
+  readonly trustedProxyHops: number
   readonly admission: AdmissionSettings
   /** `holdSeconds` of a final read: how long the tenant refuses new work while compute is stopped. */
   readonly sleepHold: Duration.Duration
@@ -67,18 +67,6 @@ const signingKeyConfig = Config.redacted().pipe(
       onRight: ({ keyId, privateKey }) => Either.right({ keyId, privateKey: Redacted.make(privateKey) })
     })),
   Config.nested("IDLE_WAKE_CLOUD_SIGNING_KEY")
-)
-
-const trustedProxiesConfig = Config.string().pipe(
-  Config.mapOrFail((text) => {
-    const items = text.split(",").map((item) => item.trim()).filter((item) => item !== "")
-    const bad = items.filter((item) => isIP(item) === 0)
-    return bad.length > 0
-      ? Either.left(refusal("Expected a comma-separated list of IPv4 or IPv6 address literals"))
-      : Either.right(new Set(items) as ReadonlySet<string>)
-  }),
-  Config.nested("IDLE_WAKE_TRUSTED_PROXY"),
-  Config.withDefault<ReadonlySet<string>>(new Set())
 )
 
 const boundedDuration = (name: string, fallback: Duration.DurationInput, max: Duration.Duration) =>
@@ -134,7 +122,8 @@ export const CloudConfig: Config.Config<CloudSettings> = Config.all({
     Config.withDefault("127.0.0.1")
   ),
   proxyPort: Config.port("IDLE_WAKE_PROXY_PORT"),
-  trustedProxies: trustedProxiesConfig,
+  // The existing trusted-proxy hop contract, read again (identity's peer limit reads the same variable).
+  trustedProxyHops: integerBetween("TRUSTED_PROXY_HOPS", 0, 16, 0),
   admission: AdmissionConfig,
   sleepHold: boundedDuration("IDLE_WAKE_SLEEP_HOLD", "60 seconds", Duration.seconds(MAX_HOLD_SECONDS)),
   sleepLease: boundedDuration("IDLE_WAKE_SLEEP_LEASE", "2 minutes", Duration.hours(1)),
@@ -163,7 +152,6 @@ export const CLOUD_CONFIG = [
   { name: "IDLE_WAKE_CLOUD_SIGNING_KEY", default: "(required with ROLE=cloud)", meaning: "`keyId:seed`: the cloud control signer's Ed25519 key (spec 001) that signs drain assertions, the seed unpadded base64url of 32 bytes; tenants list its public half in IDLE_WAKE_CLOUD_KEYS", secret: true },
   { name: "IDLE_WAKE_PROXY_HOST", default: "127.0.0.1", meaning: "ROLE=cloud: the interface the wake proxy listens on (an IP literal)", secret: false },
   { name: "IDLE_WAKE_PROXY_PORT", default: "(required with ROLE=cloud)", meaning: "ROLE=cloud: the wake proxy's port, where stacks' hosts are served (docs/idle-wake-cloud.md)", secret: false },
-  { name: "IDLE_WAKE_TRUSTED_PROXY", default: "(empty: the socket address is the source)", meaning: "ROLE=cloud: comma-separated IP literals of the one trusted proxy hop whose X-Forwarded-For names a request's source for the admission limits", secret: false },
   { name: "IDLE_WAKE_WAITING_MAX", default: "64", meaning: "ROLE=cloud: requests held for a stack that is not awake, in all", secret: false },
   { name: "IDLE_WAKE_WAITING_PER_STACK", default: "8", meaning: "ROLE=cloud: held requests per stack", secret: false },
   { name: "IDLE_WAKE_WAITING_PER_SOURCE", default: "4", meaning: "ROLE=cloud: held requests per source", secret: false },

@@ -83,6 +83,8 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
      */
     const register = Effect.fn("CloudStacks.register")(function* (input: NewStackInput, correlationId: string) {
       const [keyId, publicKey] = input.reportKey.split(":")
+      // Before any compute is started: a repeated registration must not start (or keep up) a stack's compute.
+      if (Option.isSome(yield* repo.get(input.stack))) return yield* conflict("stack-exists", correlationId)
       const target = yield* compute.prepare(input.stack)
       const created = yield* repo.register(
         {
@@ -147,7 +149,7 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
       const row = yield* existing(stack, correlationId)
       if (row.state === "awake") return viewOf(row)
       if (row.receipt === null) return yield* stateConflict(row, correlationId)
-      const ticket = yield* wakes.wake(stack, { challenge: row.receipt.challenge, fingerprint: null, connectorInstance: null }, "operator", correlationId)
+      const ticket = yield* wakes.wake(stack, { challenge: row.receipt.challenge, fingerprint: null, connectorInstance: null }, `operator:${stack}`, correlationId)
       const result = yield* Deferred.await(ticket).pipe(Effect.timeoutOption(Duration.sum(admission.readinessWait, Duration.seconds(5))))
       const now = yield* existing(stack, correlationId)
       if (Option.isSome(result) && result.value._tag === "Awake") return viewOf(now)

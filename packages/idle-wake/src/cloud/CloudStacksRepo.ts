@@ -71,13 +71,13 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
 
     /**
      * One fenced transition with its audit row: `set` and `where` apply to `idle_wake_cloud_stacks` (alias `s`);
-     * none when no row matched (the fence refused it). `state_changed_at` moves with every transition.
+     * none when no row matched (the fence refused it). `state_changed_at` moves with every change of state.
      */
-    const transition = (stack: string, set: Statement.Fragment, where: Statement.Fragment, audit: AuditEntry) =>
+    const transition = (stack: string, set: Statement.Fragment, where: Statement.Fragment, audit: AuditEntry, changesState = true) =>
       Effect.flatMap(
         sql`
           WITH moved AS (
-            UPDATE idle_wake_cloud_stacks s SET ${set}, state_changed_at = now()
+            UPDATE idle_wake_cloud_stacks s SET ${set}${changesState ? sql`, state_changed_at = now()` : sql``}
             WHERE s.id = ${stack} AND ${where}
             RETURNING ${columns}
           ), audit AS (
@@ -265,11 +265,14 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
         { action: "awake", detail: { wakeAttempt: attempt }, correlationId }
       ).pipe(storage("markAwake"))
 
-    /** A same-cycle failed wake keeps the receipt: the stack is asleep again and may be woken again. */
-    const wakeFailed = (stack: string, attempt: number, code: string, correlationId: string) =>
+    /**
+     * A same-cycle failed wake keeps the receipt: the stack is asleep again and may be woken again, or, when the
+     * provider says its compute runs after all (a readiness timeout), stop-uncertain, for recovery to settle.
+     */
+    const wakeFailed = (stack: string, attempt: number, code: string, computeRunning: boolean, correlationId: string) =>
       transition(
         stack,
-        sql`state = 'asleep', wake_lease_expires_at = NULL`,
+        computeRunning ? sql`state = 'stop-uncertain', wake_lease_expires_at = NULL` : sql`state = 'asleep', wake_lease_expires_at = NULL`,
         sql`s.wake_attempt = ${attempt} AND s.state = 'waking'`,
         { action: "wake-failed", detail: { code, wakeAttempt: attempt }, correlationId }
       ).pipe(storage("markWakeFailed"))
@@ -300,7 +303,8 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
         stack,
         sql`recovery_hold = ${hold}`,
         sql`s.${sql.literal(LIVE)}`,
-        { action: hold ? "recovery-hold-set" : "recovery-hold-released", correlationId }
+        { action: hold ? "recovery-hold-set" : "recovery-hold-released", correlationId },
+        false
       ).pipe(storage("setRecoveryHold"))
 
     /** Archive: the receipt cleared, the hosts removed, every lease fenced off; compute is stopped by the caller. */

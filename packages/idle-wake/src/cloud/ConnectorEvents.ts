@@ -1,6 +1,6 @@
 import { Backoff, makeCorrelationId, workerLayer } from "@delivery/core"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
-import { Duration, Effect, Either, Option, Queue, Redacted, Schema } from "effect"
+import { Deferred, Duration, Effect, Either, Option, Queue, Redacted, Schema } from "effect"
 import { CONNECTOR_EVENT_TYPE, ConnectorEventReceipt } from "../ConnectorEventProtocol.ts"
 import type { StackId } from "../Domain.ts"
 import { signObject } from "../Protocol.ts"
@@ -23,6 +23,8 @@ const CLAIM = 16
 const CONCURRENCY = 4
 /** How soon an event for a stack that is waking (or being stopped) is looked at again. */
 const WAITING_FOR_STACK = Duration.seconds(1)
+/** How long a delivery waits for a wake's immediate refusal before it assumes the wake is under way. */
+const REFUSAL_WINDOW = Duration.millis(100)
 const decodeReceipt = Schema.decodeUnknownEither(ConnectorEventReceipt)
 
 export type Accepted = { readonly outcome: "queued" | "duplicate"; readonly eventId: string }
@@ -120,12 +122,18 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
           // Not a wake this event may cause: it waits, durable, until the stack is awake for another reason.
           return { _tag: "Retry", code: "wake-not-permitted" } satisfies Outcome
         }
-        yield* wakes.wake(
+        // The broker is one requester per stack: its wakes count against that stack's source budget, not everyone's.
+        const ticket = yield* wakes.wake(
           stack.id as StackId,
           { challenge: stack.receipt.challenge, fingerprint: null, connectorInstance: event.connector_instance },
-          "connector-events",
+          `connector-events:${stack.id}`,
           correlationId
         )
+        // A refusal (a budget, a slot) is decided at once: the event then waits as long as the refusal says.
+        const early = yield* Effect.timeoutOption(Deferred.await(ticket), REFUSAL_WINDOW)
+        if (Option.isSome(early) && early.value._tag === "Refused") {
+          return { _tag: "Retry", code: early.value.refusal.reason, after: Duration.seconds(early.value.refusal.retryAfter) } satisfies Outcome
+        }
         return { _tag: "Retry", code: "waking", after: WAITING_FOR_STACK } satisfies Outcome
       })
 
@@ -137,7 +145,7 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
           ? yield* Effect.flatMap(
             // Backoff counts failed deliveries, not claims: waiting for a wake does not push later retries to the cap.
             outcome.after === undefined ? Backoff.delayFor(backoff, event.failures + 1) : Effect.succeed(outcome.after),
-            (delay) => repo.release(event.id, event.attempt, Duration.toMillis(delay), outcome.code, outcome.code !== "waking")
+            (delay) => repo.release(event.id, event.attempt, Duration.toMillis(delay), outcome.code, outcome.code !== "waking" && !outcome.code.endsWith("-budget") && outcome.code !== "preparations-full")
           )
           : yield* repo.settle(event.id, event.attempt, outcome._tag === "Delivered" ? "delivered" : "dead", outcome.code)
         yield* Effect.logInfo(recorded ? "connector event attempt recorded" : "connector event lease lost: nothing recorded").pipe(

@@ -1,6 +1,6 @@
 import { decodeBase64Url, publicKeyFromRaw } from "@delivery/signer"
-import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
-import { Clock, Data, Duration, Effect, Either, Option, Redacted, Schema } from "effect"
+import { FetchHttpClient, HttpClient, HttpClientRequest, type HttpClientResponse } from "@effect/platform"
+import { Clock, Data, Duration, Effect, Either, Option, Redacted, Schema, Stream } from "effect"
 import { randomBytes } from "node:crypto"
 import type { StackId } from "../Domain.ts"
 import {
@@ -49,6 +49,21 @@ const decodeReport = Schema.decodeUnknownEither(DrainReport)
 /** The largest report a tenant sends: 1,000 projected keys and 100 ids per blocker fit well below it. */
 const MAX_REPORT_BYTES = 4 * 1024 * 1024
 
+/** The body as text, read no further than MAX_REPORT_BYTES (undefined past it): a report is bounded before parsing. */
+const readBounded = (response: HttpClientResponse.HttpClientResponse) =>
+  Effect.gen(function* () {
+    const chunks: Array<Uint8Array> = []
+    let total = 0
+    yield* Stream.runForEachWhile(response.stream, (chunk) =>
+      Effect.sync(() => {
+        total += chunk.byteLength
+        if (total > MAX_REPORT_BYTES) return false
+        chunks.push(chunk)
+        return true
+      }))
+    return total > MAX_REPORT_BYTES ? undefined : Buffer.concat(chunks).toString("utf8")
+  })
+
 export class DrainClient extends Effect.Service<DrainClient>()("@delivery/idle-wake/DrainClient", {
   effect: Effect.gen(function* () {
     const settings = yield* CloudSettingsTag
@@ -87,7 +102,7 @@ export class DrainClient extends Effect.Service<DrainClient>()("@delivery/idle-w
         HttpClientRequest.bodyUnsafeJson(signed)
       )
       const text = yield* client.execute(request).pipe(
-        Effect.flatMap((response) => response.text),
+        Effect.flatMap(readBounded),
         Effect.scoped,
         Effect.timeout(settings.drainTimeout),
         Effect.catchAll((error) =>
@@ -97,7 +112,7 @@ export class DrainClient extends Effect.Service<DrainClient>()("@delivery/idle-w
               : new DrainReadFailed({ code: "drain-unreachable" })
           ))
       )
-      if (text.length > MAX_REPORT_BYTES) return yield* new DrainReadFailed({ code: "report-invalid" })
+      if (text === undefined) return yield* new DrainReadFailed({ code: "report-invalid" })
       const parsed = Either.try(() => JSON.parse(text) as unknown)
       if (Either.isLeft(parsed)) return yield* new DrainReadFailed({ code: "report-invalid" })
       const report = decodeReport(parsed.right)

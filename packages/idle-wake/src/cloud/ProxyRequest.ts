@@ -1,3 +1,5 @@
+import { peerFrom } from "@delivery/identity"
+
 // The wake proxy's reading of a raw request (spec 001, tenant-api-http-v2): which host it names, which source it comes
 // from, and whether it may wake a sleeping stack. Plain functions over the request as Bun received it, so that the
 // path checked is the path sent, byte for byte (never a normalized or decoded form).
@@ -14,17 +16,12 @@ export const hostOf = (request: Request): string | undefined => {
 }
 
 /**
- * The request's source for admission: the socket address, unless that address is the configured trusted proxy hop,
- * whose appended X-Forwarded-For entry (the last one) then names the source. Nothing else may name it.
+ * The request's source for admission: the existing trusted-proxy hop contract (`TRUSTED_PROXY_HOPS`, identity's
+ * `peerFrom`), so only an explicitly configured hop count lets X-Forwarded-For name it, and IPv6 sources count by
+ * their /64. A shared proxy or NAT therefore shares its source limits.
  */
-export const sourceOf = (request: Request, peer: string | undefined, trusted: ReadonlySet<string>): string => {
-  const socket = peer ?? "unknown"
-  if (!trusted.has(socket)) return socket
-  const forwarded = request.headers.get("x-forwarded-for")
-  if (forwarded === null) return socket
-  const last = forwarded.split(",").at(-1)?.trim() ?? ""
-  return /^[0-9a-fA-F.:]{2,45}$/.test(last) ? last : socket
-}
+export const sourceOf = (request: Request, peer: string | undefined, trustedProxyHops: number): string =>
+  peerFrom(request.headers.get("x-forwarded-for"), peer, trustedProxyHops)
 
 /** Where the path starts in an absolute request URL (after `scheme://authority`). */
 const pathStart = (url: string) => {

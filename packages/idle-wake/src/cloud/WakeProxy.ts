@@ -72,7 +72,9 @@ export class WakeProxy extends Effect.Service<WakeProxy>()("@delivery/idle-wake/
     const repo = yield* CloudStacksRepo
     const admission = yield* Admission
     const wakes = yield* Wakes
-    const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
+    const runtime = yield* Effect.runtime<never>()
+    const runPromise = Runtime.runPromise(runtime)
+    const runSync = Runtime.runSync(runtime)
 
     const refusal = (reason: WakeRefusalReason, correlationId: string, retryAfter?: number): Response => {
       const wait = retryAfter ?? STATE_RETRY_AFTER[reason]
@@ -192,22 +194,30 @@ export class WakeProxy extends Effect.Service<WakeProxy>()("@delivery/idle-wake/
       )
     }
 
+    /** A refusal of the fast path, counted like the admission path's. */
+    const counted = (reason: WakeRefusalReason) => {
+      runSync(admission.refused(reason))
+      return refusal(reason, makeCorrelationId())
+    }
+
     /**
      * Bun's `fetch` handler of the proxy listener. The awake fast path stays outside the Effect runtime; a refused
      * connection there (the table was behind a stop) falls back to the admission path when the body is untouched.
      */
     const handle = (request: Request, peer: string | undefined): Promise<Response> | Response => {
-      const source = sourceOf(request, peer, settings.trustedProxies)
+      const source = sourceOf(request, peer, settings.trustedProxyHops)
       const host = hostOf(request)
       if (host === undefined) return runPromise(admit(request, "", source))
       const route = routing.lookup(host)
       if (route !== undefined && isForwardable(route)) {
         return forward(request, route.upstream, source).then(
           (forwarded) =>
-            forwarded._tag === "Answered" || request.bodyUsed
-              ? forwarded._tag === "Answered" ? forwarded.response : refusal("upstream-unavailable", makeCorrelationId())
+            forwarded._tag === "Answered"
+              ? forwarded.response
+              : request.bodyUsed
+              ? counted("upstream-unavailable")
               : runPromise(admit(request, host, source)),
-          () => refusal("upstream-ambiguous", makeCorrelationId())
+          () => counted("upstream-ambiguous")
         )
       }
       return runPromise(admit(request, host, source))

@@ -54,17 +54,15 @@ export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", 
     const run = (stack: StackId, attempt: number, correlationId: string) =>
       Effect.gen(function* () {
         const since = yield* Clock.currentTimeMillis
+        /** The failure recorded fenced; compute the provider still finds running leaves the stack stop-uncertain. */
+        const failed = (code: string) =>
+          Effect.flatMap(compute.status(stack), (status) =>
+            Effect.as(repo.wakeFailed(stack, attempt, code, status === "running", correlationId), { _tag: "Failed", code } as WakeResult))
         const prepared = yield* Effect.either(compute.prepare(stack))
-        if (prepared._tag === "Left") {
-          yield* repo.wakeFailed(stack, attempt, prepared.left.code, correlationId)
-          return { _tag: "Failed", code: prepared.left.code } as WakeResult
-        }
+        if (prepared._tag === "Left") return yield* failed(prepared.left.code)
         const upstream = prepared.right.upstream
         const ready = yield* awaitReady(stack, upstream, since)
-        if (!ready) {
-          yield* repo.wakeFailed(stack, attempt, "readiness-timeout", correlationId)
-          return { _tag: "Failed", code: "readiness-timeout" } as WakeResult
-        }
+        if (!ready) return yield* failed("readiness-timeout")
         const woke = yield* repo.woke(stack, attempt, upstream, correlationId)
         if (Option.isSome(woke)) return { _tag: "Awake", upstream } as WakeResult
         // Our lease ended and someone else's wake owns the stack now: its outcome is the answer.
