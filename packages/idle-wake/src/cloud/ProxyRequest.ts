@@ -2,7 +2,8 @@ import { peerFrom } from "@delivery/identity"
 
 // The wake proxy's reading of a raw request (spec 001, tenant-api-http-v2): which host it names, which source it comes
 // from, and whether it may wake a sleeping stack. Plain functions over the request as Bun received it, so that the
-// path checked is the path sent, byte for byte (never a normalized or decoded form).
+// path checked is the path forwarded, byte for byte. Bun's server already resolves `.`, `..`, `%2e` and `\` segments
+// before the handler runs (`/api/./instance` arrives as `/api/instance`), so those checks below only guard other servers.
 
 const HOST = /^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$/
 
