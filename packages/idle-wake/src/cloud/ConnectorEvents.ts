@@ -112,9 +112,7 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
         const found = yield* stacks.get(event.stack_id)
         if (Option.isNone(found) || found.value.state === "archived") return { _tag: "Dead", code: "stack-archived" } satisfies Outcome
         const stack = found.value
-        if (stack.upstream !== null && isForwardable({ state: stack.state, upstream: stack.upstream })) {
-          return yield* post(event, stack, stack.upstream)
-        }
+        if (isForwardable(stack)) return yield* post(event, stack, stack.upstream)
         if (stack.state === "suspended") return { _tag: "Retry", code: "stack-suspended" } satisfies Outcome
         if (stack.recovery_hold) return { _tag: "Retry", code: "recovery-hold" } satisfies Outcome
         const proof = stack.receipt?.profiles["github-broker-events-v1"]

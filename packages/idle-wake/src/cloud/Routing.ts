@@ -23,8 +23,9 @@ export interface Route {
  * Whether a request may go straight to the compute: the stack is awake, or a sleep cycle is still reading it (the
  * tenant is up; if it holds, its own 503 with Retry-After is the truthful answer). Every other state waits or wakes.
  */
-export const isForwardable = (route: Pick<Route, "state" | "upstream">): route is Route & { readonly upstream: string } =>
-  route.upstream !== null && (route.state === "awake" || route.state === "draining")
+export const isForwardable = <R extends { readonly state: string; readonly upstream: string | null }>(
+  route: R
+): route is R & { readonly upstream: string } => route.upstream !== null && (route.state === "awake" || route.state === "draining")
 
 const toRoute = (row: RouteRow): Route => ({
   host: row.host,

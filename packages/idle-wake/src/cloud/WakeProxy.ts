@@ -140,9 +140,7 @@ export class WakeProxy extends Effect.Service<WakeProxy>()("@delivery/idle-wake/
           const current = yield* Effect.mapError(repo.get(stack), storageFailed)
           if (Option.isNone(current)) return yield* fail("host-unknown")
           const row = current.value
-          if (row.upstream !== null && isForwardable({ state: row.state, upstream: row.upstream })) {
-            return yield* forwardOnce(request, row.upstream, source)
-          }
+          if (isForwardable(row)) return yield* forwardOnce(request, row.upstream, source)
           if (row.state === "suspended") return yield* fail("stack-suspended")
           if (row.state === "archived") return yield* fail("stack-archived")
           if (row.recovery_hold) return yield* fail("recovery-hold")

@@ -140,9 +140,6 @@ export class Wakes extends Effect.Service<Wakes>()("@delivery/idle-wake/Wakes", 
         )
       })
 
-    /** An operator's wake or a follower's wait: joins the wake in flight in this process, if any. */
-    const inFlightOf = (stack: string) => Option.fromNullable(inFlight.get(stack))
-
-    return { wake, follow, inFlightOf } as const
+    return { wake } as const
   })
 }) {}
