@@ -1,5 +1,5 @@
 import { HttpApp, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId } from "@delivery/core"
+import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId, makeInFlight } from "@delivery/core"
 import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope } from "effect"
 import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
 import { BoundedJsonRequest, declaredLength, limitUndeclaredBody, MAX_TARGET_LENGTH, pathOf, targetProblem } from "./EdgeRequest.ts"
@@ -96,8 +96,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
     )
 
     let draining = false
-    let inFlight = 0
-    let onIdle: (() => void) | undefined
+    const inFlight = makeInFlight()
 
     const log = (level: LogLevel.LogLevel, message: string, exchange: Exchange, annotations: Record<string, unknown>) =>
       runSync(Effect.logWithLevel(level, message).pipe(
@@ -116,8 +115,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       }
       if (debug) log(LogLevel.Debug, "request answered", exchange, { status: response.status, draining })
       exchange.resolve(response)
-      inFlight -= 1
-      if (inFlight === 0) onIdle?.()
+      inFlight.leave()
     }
 
     const exchanges = new WeakMap<HttpServerRequest.HttpServerRequest, Exchange>()
@@ -181,7 +179,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
             maxRequestBodySize: Number.POSITIVE_INFINITY,
             fetch(request, server) {
               return new Promise<Response>((resolve) => {
-                inFlight += 1
+                inFlight.enter()
                 const exchange: Exchange = {
                   id: makeCorrelationId(),
                   method: request.method,
@@ -218,14 +216,6 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       (server) => Effect.sync(() => void server.stop(true))
     )
 
-    const idle = Effect.async<void>((resume) => {
-      if (inFlight === 0) return resume(Effect.void)
-      onIdle = () => resume(Effect.void)
-      return Effect.sync(() => {
-        onIdle = undefined
-      })
-    })
-
     // Registered last, so it runs first: before the hard stop above and before the FiberSet interrupts.
     // Finalizers are uninterruptible; the waits are made interruptible so their timeouts can fire.
     yield* Effect.addFinalizer(() =>
@@ -235,11 +225,11 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
         yield* Effect.sleep(notice)
         const closed = server.stop(false)
         yield* Effect.logInfo(
-          `shutdown: HTTP stopped accepting; draining ${inFlight} in-flight request(s) for up to ${options.drainMs} ms`
+          `shutdown: HTTP stopped accepting; draining ${inFlight.count()} in-flight request(s) for up to ${options.drainMs} ms`
         )
-        const drained = yield* Effect.interruptible(idle).pipe(Effect.timeoutOption(Duration.subtract(Duration.millis(options.drainMs), notice)))
+        const drained = yield* Effect.interruptible(inFlight.idle).pipe(Effect.timeoutOption(Duration.subtract(Duration.millis(options.drainMs), notice)))
         if (Option.isNone(drained)) {
-          yield* Effect.logWarning(`shutdown: drain bound reached, interrupting ${inFlight} request(s)`)
+          yield* Effect.logWarning(`shutdown: drain bound reached, interrupting ${inFlight.count()} request(s)`)
           yield* FiberSet.clear(fibers)
         } else {
           yield* Effect.logInfo("shutdown: in-flight requests drained")
@@ -251,5 +241,5 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
     )
 
     const url = `http://${server.hostname}:${server.port}`
-    return { url, inFlight: () => inFlight } satisfies DrainStatus
+    return { url, inFlight: inFlight.count } satisfies DrainStatus
   })

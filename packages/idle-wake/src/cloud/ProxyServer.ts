@@ -1,3 +1,4 @@
+import { makeInFlight } from "@delivery/core"
 import { Duration, Effect } from "effect"
 import { CloudSettingsTag } from "./CloudConfig.ts"
 import { WakeProxy } from "./WakeProxy.ts"
@@ -15,12 +16,7 @@ export const serveProxy = (options: { readonly drainMs: number }) =>
   Effect.gen(function* () {
     const settings = yield* CloudSettingsTag
     const proxy = yield* WakeProxy
-    let inFlight = 0
-    let onIdle: (() => void) | undefined
-    const done = () => {
-      inFlight -= 1
-      if (inFlight === 0) onIdle?.()
-    }
+    const inFlight = makeInFlight()
     const idleTimeout = Math.min(255, Math.ceil(Duration.toSeconds(settings.admission.readinessWait)) + 30)
 
     const server = yield* Effect.acquireRelease(
@@ -30,32 +26,24 @@ export const serveProxy = (options: { readonly drainMs: number }) =>
           port: settings.proxyPort,
           idleTimeout,
           fetch(request, server) {
-            inFlight += 1
+            inFlight.enter()
             const answer = proxy.handle(request, server.requestIP(request)?.address)
             if (answer instanceof Response) {
-              done()
+              inFlight.leave()
               return answer
             }
-            return answer.finally(done)
+            return answer.finally(inFlight.leave)
           }
         })
       ),
       (server) => Effect.sync(() => void server.stop(true))
     )
 
-    const idle = Effect.async<void>((resume) => {
-      if (inFlight === 0) return resume(Effect.void)
-      onIdle = () => resume(Effect.void)
-      return Effect.sync(() => {
-        onIdle = undefined
-      })
-    })
-
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         const closed = server.stop(false)
-        yield* Effect.logInfo(`shutdown: wake proxy stopped accepting; ${inFlight} request(s) in flight`)
-        yield* Effect.interruptible(idle).pipe(Effect.timeoutOption(Duration.millis(options.drainMs)))
+        yield* Effect.logInfo(`shutdown: wake proxy stopped accepting; ${inFlight.count()} request(s) in flight`)
+        yield* Effect.interruptible(inFlight.idle).pipe(Effect.timeoutOption(Duration.millis(options.drainMs)))
         yield* Effect.interruptible(Effect.promise(() => closed)).pipe(Effect.timeoutOption(FLUSH_GRACE))
         void server.stop(true)
         yield* Effect.logInfo("shutdown: wake proxy closed")
