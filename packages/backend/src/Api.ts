@@ -1,5 +1,4 @@
 import { HttpApi, OpenApi } from "@effect/platform"
-import { JsonBodyRefused } from "@delivery/core"
 import { EnvelopeInboxApi, InboxStreamsApi } from "@delivery/envelope-inbox"
 import { IdentityApi, ProvisioningApi, SessionsApi } from "@delivery/identity"
 import { OutboxApi, OutboxOperatorApi } from "@delivery/outbox"
@@ -9,14 +8,14 @@ import { SignerApi } from "@delivery/signer"
 import { IdleWakeApi, IdleWakeConnectorsApi, IdleWakeOperatorApi, TenantDraining } from "@delivery/idle-wake"
 import { TeamApplicationsApi, TeamApplicationsOperatorApi } from "@delivery/team-applications"
 import { HealthApi } from "./HealthApi.ts"
-import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
+import { withEdgeErrors } from "./EdgeErrors.ts"
 import { withoutDecodeError } from "./RequestInvalid.ts"
 
 /**
  * The one HttpApi the backend serves. Adding a package's group is one `.add(...)` here plus its handler layer
  * in `Http.ts` (for example `.add(IdentityApi)` and `IdentityHttpLive`).
  */
-export class Api extends HttpApi.make("delivery")
+export class Api extends withEdgeErrors(HttpApi.make("delivery")
   .add(HealthApi)
   .add(IdentityApi)
   .add(SessionsApi)
@@ -34,16 +33,7 @@ export class Api extends HttpApi.make("delivery")
   .add(TeamApplicationsOperatorApi)
   .add(IdleWakeApi)
   .add(IdleWakeOperatorApi)
-  .add(IdleWakeConnectorsApi)
-  // What the HTTP edge may answer on any route (docs/http.md): listed once here, so every route documents them.
-  .addError(RequestInvalid, { status: 400 })
-  .addError(PathInvalid, { status: 400 })
-  .addError(BodyUnreadable, { status: 400 })
-  .addError(BodyTooLarge, { status: 413 })
-  .addError(UriTooLong, { status: 414 })
-  .addError(JsonBodyRefused, { status: 422 })
-  .addError(InternalError, { status: 500 })
-  .addError(ShuttingDown, { status: 503 })
+  .add(IdleWakeConnectorsApi))
   // Idle wake's gate answers it before routing while the idle hold lasts (docs/idle-wake.md).
   .addError(TenantDraining, { status: 503 })
   .annotate(OpenApi.Title, "Delivery backend")

@@ -1,5 +1,5 @@
 import { HttpApi, HttpApiBuilder, OpenApi } from "@effect/platform"
-import { JsonBodyRefused, WorkerRegistry } from "@delivery/core"
+import { WorkerRegistry } from "@delivery/core"
 import { OperatorAuthenticationLive } from "@delivery/identity"
 import {
   type CloudSettings,
@@ -19,25 +19,14 @@ import { HealthHttpLive } from "./HealthHttp.ts"
 import { DocsLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { Readiness } from "./Readiness.ts"
-import { BodyTooLarge, BodyUnreadable, InternalError, PathInvalid, RequestInvalid, ShuttingDown, UriTooLong } from "./Refusals.ts"
+import { withEdgeErrors } from "./EdgeErrors.ts"
 import { requestInvalid, withoutDecodeError } from "./RequestInvalid.ts"
 
 /**
  * What a ROLE=cloud process serves on PORT: health, readiness, its documents and the cloud operator routes. The
  * tenant API is not here: tenants are the stacks behind the wake proxy, which listens on its own port.
  */
-export class CloudApi extends HttpApi.make("delivery")
-  .add(HealthApi)
-  .add(IdleWakeCloudApi)
-  .add(IdleWakeCloudEventsApi)
-  .addError(RequestInvalid, { status: 400 })
-  .addError(PathInvalid, { status: 400 })
-  .addError(BodyUnreadable, { status: 400 })
-  .addError(BodyTooLarge, { status: 413 })
-  .addError(UriTooLong, { status: 414 })
-  .addError(JsonBodyRefused, { status: 422 })
-  .addError(InternalError, { status: 500 })
-  .addError(ShuttingDown, { status: 503 })
+export class CloudApi extends withEdgeErrors(HttpApi.make("delivery").add(HealthApi).add(IdleWakeCloudApi).add(IdleWakeCloudEventsApi))
   .annotate(OpenApi.Title, "Delivery backend, cloud role")
   .annotate(OpenApi.Transform, withoutDecodeError)
 {}
