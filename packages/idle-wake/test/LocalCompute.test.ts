@@ -10,13 +10,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { StackId } from "../src/Domain.ts"
 import type { ComputeProviderShape, ComputeTarget } from "../src/cloud/ComputeProvider.ts"
-import {
-  IDLE_WAKE_LOCAL_STACKS,
-  LOCAL_COMPUTE_CONFIG,
-  LocalComputeConfig,
-  type LocalComputeSettings,
-  makeLocalCompute
-} from "../src/cloud/LocalCompute.ts"
+import { makeLocalCompute } from "../src/cloud/LocalCompute.ts"
+import { IDLE_WAKE_LOCAL_STACKS, LOCAL_COMPUTE_CONFIG, LocalComputeConfig, type LocalComputeSettings } from "../src/cloud/LocalComputeConfig.ts"
 
 // Spec 001's local compute: real tenant processes started, found again and stopped by the provider. The real
 // backend proves the start and the SIGTERM stop; a stub tenant (fixtures/StubTenant.ts) plays the misbehaving ones.

@@ -5,7 +5,7 @@ import { isIP } from "node:net"
 import type { SignerKeyId } from "../Domain.ts"
 import { parseReportKey } from "../IdleWakeConfig.ts"
 import { MAX_HOLD_SECONDS } from "../Protocol.ts"
-import { LOCAL_COMPUTE_CONFIG, LocalComputeConfig, type LocalComputeSettings } from "./LocalCompute.ts"
+import { LOCAL_COMPUTE_CONFIG, LocalComputeConfig, type LocalComputeSettings } from "./LocalComputeConfig.ts"
 
 // The cloud role's settings (ROLE=cloud). Spec 001's admission numbers are the defaults: "64 waiting requests, 8 per
 // stack, 4 per source, 32 pending provider preparations; source request budget 24/minute, source wake budget
