@@ -14,7 +14,8 @@ import { OUTBOX_CONFIG, OutboxConfig } from "@delivery/outbox"
 import { loadResetDelivery, RESET_MAIL_CONFIG, type ResetDelivery, ResetRequestConfig } from "@delivery/reset-mail"
 import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@delivery/receipts"
 import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
-import { CLOUD_CONFIG, CloudConfig, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
+import { CLOUD_CONFIG, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
+import { familyDefault, loadCloudSettings } from "./RoleConfig.ts"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -172,26 +173,6 @@ export type AppConfigShape = Config.Config.Success<typeof baseConfig> & {
 
 // The receipts' file limit defaults to it; a bad value is reported by the base configuration.
 const bodyLimit = Effect.orElseSucceed(MaxRequestBodyBytes, () => 1024 * 1024)
-
-// Only whether DATABASE_URL is set: the embedded development database gives PASSWORD_RESET_DELIVERY its default.
-const embedded = Config.map(Config.option(Config.string("DATABASE_URL")), Option.isNone)
-
-const isCloud = Config.map(Config.option(Config.string("ROLE")), (role) => Option.getOrNull(role) === "cloud")
-
-// A cloud process delivers none of the tenant families: their modes default to `disabled` there, as with the embedded
-// database.
-const familyDefault = Effect.map(Effect.all([embedded, Effect.orElseSucceed(isCloud, () => false)]), ([a, b]) => a || b)
-
-/** ROLE=cloud: its settings, and DATABASE_URL required (its routing table listens for changes, which needs PostgreSQL). */
-const loadCloudSettings: Effect.Effect<Option.Option<CloudSettings>, ConfigError.ConfigError> = Effect.gen(function* () {
-  if (!(yield* Effect.orElseSucceed(isCloud, () => false))) return Option.none()
-  const [settings, isEmbedded] = yield* Effect.all([Effect.either(CloudConfig), embedded])
-  const errors: Array<ConfigError.ConfigError> = []
-  if (Either.isLeft(settings)) errors.push(settings.left)
-  if (isEmbedded) errors.push(ConfigError.MissingData(["DATABASE_URL"], "Expected a PostgreSQL URL: ROLE=cloud does not run on the embedded database"))
-  if (errors.length > 0) return yield* Effect.fail(errors.reduce((left, right) => ConfigError.And(left, right)))
-  return Option.some(Either.getOrThrow(settings))
-})
 
 /**
  * Every variable, every problem reported together: the base variables and the reset-mail delivery mode, whose
