@@ -69,6 +69,15 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
     const sql = yield* SqlClient.SqlClient
     const columns = sql.literal(STACK_COLUMNS)
 
+    /** The first row, decoded, or none. */
+    const firstStack = (rows: ReadonlyArray<unknown>) =>
+      rows.length === 0 ? Effect.succeed(Option.none<StackRow>()) : Effect.map(decodeStack(rows[0]), (row) => Option.some(row as StackRow))
+
+    /** An audit row of a change made outside `transition`, in the caller's transaction. */
+    const audited = (stack: string, action: string, detail: Record<string, string>, correlationId: string) => sql`
+      INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
+      VALUES (${stack}, ${action}, ${JSON.stringify(detail)}::jsonb, ${correlationId}, now())`
+
     /**
      * One fenced transition with its audit row: `set` and `where` apply to `idle_wake_cloud_stacks` (alias `s`);
      * none when no row matched (the fence refused it). `state_changed_at` moves with every change of state.
@@ -85,7 +94,7 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
             SELECT id, ${audit.action}, ${JSON.stringify(audit.detail ?? {})}::jsonb, ${audit.correlationId ?? null}, now() FROM moved
           )
           SELECT * FROM moved`.withoutTransform,
-        (rows) => (rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(decodeStack(rows[0]), (row) => Option.some(row as StackRow)))
+        firstStack
       )
 
     const register = (stack: NewStack, correlationId: string) =>
@@ -97,17 +106,14 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
                   string_to_array(${stack.profiles.join(",")}, ','), ${stack.upstream}, 'awake', now(), now())
           ON CONFLICT (id) DO NOTHING
           RETURNING ${columns}`.withoutTransform
-        if (rows.length === 0) return Option.none<StackRow>()
-        yield* sql`
-          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
-          VALUES (${stack.id}, 'registered', ${JSON.stringify({ profiles: stack.profiles.join(",") })}::jsonb, ${correlationId}, now())`
-        return Option.some((yield* decodeStack(rows[0])) as StackRow)
+        if (rows.length > 0) yield* audited(stack.id, "registered", { profiles: stack.profiles.join(",") }, correlationId)
+        return yield* firstStack(rows)
       })).pipe(storage("registerStack"))
 
     const get = (stack: string) =>
       Effect.flatMap(
         sql`SELECT ${columns} FROM idle_wake_cloud_stacks WHERE id = ${stack}`.withoutTransform,
-        (rows) => (rows.length === 0 ? Effect.succeed(Option.none<StackRow>()) : Effect.map(decodeStack(rows[0]), (row) => Option.some(row as StackRow)))
+        firstStack
       ).pipe(storage("getStack"))
 
     const list = (limit: number) =>
@@ -145,9 +151,7 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
           const owner = yield* sql<{ stack_id: string }>`SELECT stack_id FROM idle_wake_cloud_hosts WHERE host = ${host}`.withoutTransform
           return owner[0]?.stack_id === stack ? "unchanged" as const : "host-taken" as const
         }
-        yield* sql`
-          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
-          VALUES (${stack}, 'host-added', ${JSON.stringify({ host })}::jsonb, ${correlationId}, now())`
+        yield* audited(stack, "host-added", { host }, correlationId)
         return "added" as const
       })).pipe(storage("addHost"))
 
@@ -155,9 +159,7 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
       sql.withTransaction(Effect.gen(function* () {
         const removed = yield* sql`DELETE FROM idle_wake_cloud_hosts WHERE host = ${host} AND stack_id = ${stack} RETURNING host`.withoutTransform
         if (removed.length === 0) return false
-        yield* sql`
-          INSERT INTO idle_wake_cloud_audit (stack_id, action, detail, correlation_id, at)
-          VALUES (${stack}, 'host-removed', ${JSON.stringify({ host })}::jsonb, ${correlationId}, now())`
+        yield* audited(stack, "host-removed", { host }, correlationId)
         return true
       })).pipe(storage("removeHost"))
 
