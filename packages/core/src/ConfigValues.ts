@@ -33,3 +33,13 @@ export const integerBetween = (name: string, min: number, max: number, fallback:
     Config.nested(name),
     Config.withDefault(fallback)
   )
+
+/** A positive, finite duration from the variable `name`, at most `max`. */
+export const durationAtMost = (name: string, fallback: Duration.DurationInput, max: Duration.Duration) =>
+  positiveDuration(name, fallback).pipe(
+    Config.mapOrFail((value) =>
+      Duration.greaterThan(value, max)
+        ? Either.left(ConfigError.InvalidData([name], `Expected at most ${Duration.format(max)}`))
+        : Either.right(value)
+    )
+  )

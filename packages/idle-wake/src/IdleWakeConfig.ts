@@ -1,4 +1,4 @@
-import { positiveDuration } from "@delivery/core"
+import { durationAtMost } from "@delivery/core"
 import { IdPattern } from "@delivery/identity"
 import { decodeBase64Url, privateKeyFromSeed, publicKeyFromRaw } from "@delivery/signer"
 import { Config, ConfigError, Context, Duration, Effect, Either, Option, Redacted } from "effect"
@@ -84,17 +84,10 @@ const parseIngress = (text: string): Either.Either<ReadonlyArray<string>, string
     : Either.right([...new Set(names)])
 }
 
-const boundedDuration = (name: string, fallback: Duration.DurationInput, max: Duration.Duration) =>
-  positiveDuration(name, fallback).pipe(
-    Config.mapOrFail((value) =>
-      Duration.greaterThan(value, max) ? Either.left(invalid(name, `Expected at most ${Duration.format(max)}`)) : Either.right(value)
-    )
-  )
-
 const TimingConfig = Config.all({
-  maxAssertionLifetime: boundedDuration("IDLE_WAKE_ASSERTION_MAX_LIFETIME", "5 minutes", Duration.hours(1)),
-  clockSkew: boundedDuration("IDLE_WAKE_CLOCK_SKEW", "30 seconds", Duration.minutes(5)),
-  maxHold: boundedDuration("IDLE_WAKE_HOLD_MAX", "2 minutes", Duration.seconds(MAX_HOLD_SECONDS))
+  maxAssertionLifetime: durationAtMost("IDLE_WAKE_ASSERTION_MAX_LIFETIME", "5 minutes", Duration.hours(1)),
+  clockSkew: durationAtMost("IDLE_WAKE_CLOCK_SKEW", "30 seconds", Duration.minutes(5)),
+  maxHold: durationAtMost("IDLE_WAKE_HOLD_MAX", "2 minutes", Duration.seconds(MAX_HOLD_SECONDS))
 })
 
 const stackConfig = Config.option(

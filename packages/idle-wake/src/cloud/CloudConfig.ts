@@ -1,4 +1,4 @@
-import { integerBetween, positiveDuration } from "@delivery/core"
+import { durationAtMost, integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Duration, Either, Option, Redacted } from "effect"
 import type { KeyObject } from "node:crypto"
 import { isIP } from "node:net"
@@ -69,15 +69,6 @@ const signingKeyConfig = Config.redacted().pipe(
   Config.nested("IDLE_WAKE_CLOUD_SIGNING_KEY")
 )
 
-const boundedDuration = (name: string, fallback: Duration.DurationInput, max: Duration.Duration) =>
-  positiveDuration(name, fallback).pipe(
-    Config.mapOrFail((value) =>
-      Duration.greaterThan(value, max)
-        ? Either.left(ConfigError.InvalidData([name], `Expected at most ${Duration.format(max)}`))
-        : Either.right(value)
-    )
-  )
-
 const AdmissionConfig = Config.all({
   waitingMax: integerBetween("IDLE_WAKE_WAITING_MAX", 1, 100_000, 64),
   waitingPerStack: integerBetween("IDLE_WAKE_WAITING_PER_STACK", 1, 100_000, 8),
@@ -87,7 +78,7 @@ const AdmissionConfig = Config.all({
   sourceWakesPer10Minutes: integerBetween("IDLE_WAKE_SOURCE_WAKES_PER_10_MINUTES", 1, 1_000_000, 3),
   stackWakesPerHour: integerBetween("IDLE_WAKE_STACK_WAKES_PER_HOUR", 1, 1_000_000, 8),
   wakesPerMinute: integerBetween("IDLE_WAKE_WAKES_PER_MINUTE", 1, 1_000_000, 32),
-  readinessWait: boundedDuration("IDLE_WAKE_READINESS_WAIT", "90 seconds", Duration.seconds(90))
+  readinessWait: durationAtMost("IDLE_WAKE_READINESS_WAIT", "90 seconds", Duration.seconds(90))
 })
 
 const connectorTokenConfig = Config.option(
@@ -102,10 +93,10 @@ const connectorTokenConfig = Config.option(
 
 const EventsConfig = Config.all({
   token: connectorTokenConfig,
-  lease: boundedDuration("IDLE_WAKE_EVENT_LEASE", "30 seconds", Duration.hours(1)),
-  pollInterval: boundedDuration("IDLE_WAKE_EVENT_POLL_INTERVAL", "1 second", Duration.minutes(10)),
-  retryBase: boundedDuration("IDLE_WAKE_EVENT_RETRY_BASE", "1 second", Duration.hours(1)),
-  retryCap: boundedDuration("IDLE_WAKE_EVENT_RETRY_CAP", "5 minutes", Duration.days(1))
+  lease: durationAtMost("IDLE_WAKE_EVENT_LEASE", "30 seconds", Duration.hours(1)),
+  pollInterval: durationAtMost("IDLE_WAKE_EVENT_POLL_INTERVAL", "1 second", Duration.minutes(10)),
+  retryBase: durationAtMost("IDLE_WAKE_EVENT_RETRY_BASE", "1 second", Duration.hours(1)),
+  retryCap: durationAtMost("IDLE_WAKE_EVENT_RETRY_CAP", "5 minutes", Duration.days(1))
 }).pipe(
   Config.mapOrFail((events) =>
     Duration.lessThan(events.retryCap, events.retryBase)
@@ -125,10 +116,10 @@ export const CloudConfig: Config.Config<CloudSettings> = Config.all({
   // The existing trusted-proxy hop contract, read again (identity's peer limit reads the same variable).
   trustedProxyHops: integerBetween("TRUSTED_PROXY_HOPS", 0, 16, 0),
   admission: AdmissionConfig,
-  sleepHold: boundedDuration("IDLE_WAKE_SLEEP_HOLD", "60 seconds", Duration.seconds(MAX_HOLD_SECONDS)),
-  sleepLease: boundedDuration("IDLE_WAKE_SLEEP_LEASE", "2 minutes", Duration.hours(1)),
-  assertionLifetime: boundedDuration("IDLE_WAKE_ASSERTION_LIFETIME", "2 minutes", Duration.hours(1)),
-  drainTimeout: boundedDuration("IDLE_WAKE_DRAIN_TIMEOUT", "10 seconds", Duration.minutes(5)),
+  sleepHold: durationAtMost("IDLE_WAKE_SLEEP_HOLD", "60 seconds", Duration.seconds(MAX_HOLD_SECONDS)),
+  sleepLease: durationAtMost("IDLE_WAKE_SLEEP_LEASE", "2 minutes", Duration.hours(1)),
+  assertionLifetime: durationAtMost("IDLE_WAKE_ASSERTION_LIFETIME", "2 minutes", Duration.hours(1)),
+  drainTimeout: durationAtMost("IDLE_WAKE_DRAIN_TIMEOUT", "10 seconds", Duration.minutes(5)),
   local: LocalComputeConfig,
   events: EventsConfig,
   sleepEvery: Config.string().pipe(
