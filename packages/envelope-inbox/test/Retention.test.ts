@@ -154,10 +154,11 @@ layer(ServicesLive(), { excludeTestServices: true })("spec 000 retention: the wo
       const start = Date.parse("2030-01-01T00:00:00Z")
       const tenant = tenantName()
       yield* seedPayloads(tenant, 30, 0)
-      // 20 of them expire an hour after the start, the others a day after: the first sweep finds nothing, the
-      // one after the interval finds the 20.
+      // 20 of them expire half an hour after the start, the others a day after: the first sweep finds nothing, the
+      // one after the interval finds the 20. Half an hour, not the interval itself: the woken loop may read the
+      // clock at the interval's end exactly, and a payload is expired only strictly before now.
       const after = (duration: Duration.DurationInput) => new Date(start + Duration.toMillis(duration))
-      yield* sql`UPDATE inbox_payloads SET expires_at = CASE WHEN sequence <= 20 THEN ${after("1 hour")}::timestamptz ELSE ${after("1 day")}::timestamptz END`
+      yield* sql`UPDATE inbox_payloads SET expires_at = CASE WHEN sequence <= 20 THEN ${after("30 minutes")}::timestamptz ELSE ${after("1 day")}::timestamptz END`
       const logs = yield* logProbe
       yield* Effect.scoped(
         Effect.gen(function* () {
