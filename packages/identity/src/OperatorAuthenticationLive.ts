@@ -1,6 +1,6 @@
 import type { RateLimiter } from "@effect/experimental"
 import { HttpServerRequest } from "@effect/platform"
-import { Config, Effect, Layer, Option, Redacted } from "effect"
+import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { invalidTokenHeader, requireBearerHeader } from "./BearerHeader.ts"
 import { Unauthenticated } from "./Domain.ts"
@@ -32,28 +32,49 @@ export const OperatorTokenConfig = Config.redacted().pipe(
 
 const operator: OperatorIdentity = { kind: "operator", via: "environment" }
 
+/**
+ * The operator credential itself, for every way an operator signs in (the bearer middleware, the console's
+ * sign-in): whether it is configured, and the constant-time comparison of a presented token. Callers admit the
+ * peer against `PeerLimit` first.
+ */
+export class OperatorCredential extends Context.Tag("@delivery/identity/OperatorCredential")<OperatorCredential, {
+  readonly enabled: boolean
+  readonly verify: (presented: string) => Effect.Effect<OperatorIdentity, Unauthenticated | OperatorAccessDisabled>
+}>() {}
+
+export const OperatorCredentialLive = Layer.effect(
+  OperatorCredential,
+  Effect.gen(function* () {
+    // Only the digest is kept: comparing two 32-byte digests takes the same time whatever the lengths
+    // of the configured and presented tokens, so neither length leaks.
+    const expected = Option.map(yield* OperatorTokenConfig, (token) => digest(Redacted.value(token)))
+    if (Option.isNone(expected)) {
+      yield* Effect.logWarning(`${OPERATOR_TOKEN} is not set: operator routes are disabled and refuse every request (403)`)
+    }
+    const verify = (presented: string): Effect.Effect<OperatorIdentity, Unauthenticated | OperatorAccessDisabled> => {
+      if (Option.isNone(expected)) return Effect.fail(new OperatorAccessDisabled({ reason: "operator-routes-disabled" }))
+      if (presented.length === 0 || presented.length > maxOperatorTokenLength) {
+        return Effect.fail(new Unauthenticated({ reason: "malformed" }))
+      }
+      if (!timingSafeEqual(digest(presented), expected.value)) return Effect.fail(new Unauthenticated({ reason: "unknown" }))
+      return Effect.succeed(operator)
+    }
+    return { enabled: Option.isSome(expected), verify }
+  })
+)
+
 const make = Effect.gen(function* () {
   const peers = yield* PeerLimit
-  // Only the digest is kept: comparing two 32-byte digests takes the same time whatever the lengths
-  // of the configured and presented tokens, so neither length leaks.
-  const expected = Option.map(yield* OperatorTokenConfig, (token) => digest(Redacted.value(token)))
-  if (Option.isNone(expected)) {
-    yield* Effect.logWarning(`${OPERATOR_TOKEN} is not set: operator routes are disabled and refuse every request (403)`)
-  }
+  const credential = yield* OperatorCredential
 
   const operatorBearer = Effect.fn("OperatorAuthentication.bearer")(function* (token: Redacted.Redacted<string>) {
     const request = yield* HttpServerRequest.HttpServerRequest
     yield* peers.admit(request)
-    if (Option.isNone(expected)) return yield* new OperatorAccessDisabled({ reason: "operator-routes-disabled" })
+    if (!credential.enabled) return yield* new OperatorAccessDisabled({ reason: "operator-routes-disabled" })
     yield* requireBearerHeader(request)
-    const presented = Redacted.value(token)
-    if (presented.length === 0 || presented.length > maxOperatorTokenLength) {
-      return yield* invalidTokenHeader.pipe(Effect.zipRight(Effect.fail(new Unauthenticated({ reason: "malformed" }))))
-    }
-    if (!timingSafeEqual(digest(presented), expected.value)) {
-      return yield* invalidTokenHeader.pipe(Effect.zipRight(Effect.fail(new Unauthenticated({ reason: "unknown" }))))
-    }
-    return operator
+    return yield* credential.verify(Redacted.value(token)).pipe(
+      Effect.tapErrorTag("Unauthenticated", () => invalidTokenHeader)
+    )
   })
 
   return OperatorAuthentication.of({ operatorBearer })
@@ -64,10 +85,13 @@ export const operatorAuthenticationLayer: Layer.Layer<
   OperatorAuthentication,
   Layer.Layer.Error<typeof peerLimitLayer>,
   RateLimiter.RateLimiterStore
-> = Layer.effect(OperatorAuthentication, make).pipe(Layer.provide(peerLimitLayer))
+> = Layer.effect(OperatorAuthentication, make).pipe(Layer.provide(peerLimitLayer), Layer.provide(OperatorCredentialLive))
 
 /** In-process limiter store, the same `PeerLimitLive` instance `AuthenticationLive` uses. */
-export const OperatorAuthenticationLive = Layer.effect(OperatorAuthentication, make).pipe(Layer.provide(PeerLimitLive))
+export const OperatorAuthenticationLive = Layer.effect(OperatorAuthentication, make).pipe(
+  Layer.provide(PeerLimitLive),
+  Layer.provide(OperatorCredentialLive)
+)
 
 /** What the backend lists in its configuration table. */
 export const OPERATOR_CONFIG = [

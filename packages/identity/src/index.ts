@@ -37,6 +37,8 @@ export {
   OPERATOR_CONFIG,
   OPERATOR_TOKEN,
   operatorAuthenticationLayer,
+  OperatorCredential,
+  OperatorCredentialLive,
   OperatorAuthenticationLive,
   OperatorTokenConfig
 } from "./OperatorAuthenticationLive.ts"
