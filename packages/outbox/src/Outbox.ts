@@ -1,4 +1,4 @@
-import { Canonical, ProviderHttp } from "@delivery/core"
+import { Canonical, ProviderHttp, type QueueView, queueSnapshotOf } from "@delivery/core"
 import { Envelope, eventIdentity, type ProjectId, Signer, type TenantId } from "@delivery/signer"
 import { Clock, Effect, Either, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
@@ -15,6 +15,7 @@ import {
   MessageId,
   MessageNotDead,
   MessageNotFound,
+  MessageState,
   OutboxMessage,
   OutboxStorageUnavailable,
   PAGE_LIMIT
@@ -204,6 +205,19 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
       Effect.withSpan("Outbox.hasPendingWork")
     )
 
-    return { enqueue, registerTarget, target, message, deadLetters, redrive, hasPendingWork } as const
+    /**
+     * The outbox as a durable queue (core's QueueView): messages by state (pending, delivering, delivered, dead);
+     * due: a pending message whose attempt time has come, or a delivering one whose lease expired (the worker's claim
+     * takes exactly these); completed: messages delivered, by their delivery time.
+     */
+    const queueView: QueueView = {
+      family: "outbox",
+      title: "Outbox",
+      snapshot: Effect.map(repo.queueView, queueSnapshotOf("outbox", MessageState.literals)).pipe(
+        Effect.withSpan("Outbox.queueView")
+      )
+    }
+
+    return { enqueue, registerTarget, target, message, deadLetters, redrive, hasPendingWork, queueView } as const
   })
 }) {}

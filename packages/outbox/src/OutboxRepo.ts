@@ -1,3 +1,4 @@
+import { completionBucket, queueViewQuery, QueueViewRow } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { DeadReason, DeliveryErrorCode, MessageState } from "./Domain.ts"
@@ -160,6 +161,20 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
         SELECT 1 AS found FROM outbox_messages WHERE state IN ('pending', 'delivering') LIMIT 1`.withoutTransform
     })
 
+    // The queue view: counts by state and deliveries per window in one pass over the state rows (the counts read every
+    // row anyway), and the oldest due row from the claim index, by the claim's own predicate. Never an envelope.
+    const queueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, ${completionBucket(sql, sql`delivered_at`)} AS bucket, count(*)::int AS count
+          FROM outbox_messages GROUP BY 1, 2`,
+        dueSince: sql`
+          SELECT min(due_at) FROM outbox_messages WHERE state IN ('pending', 'delivering') AND due_at <= now()`
+      }).withoutTransform
+    })
+
     return {
       insert: (r: Parameters<typeof insert>[0]) => storage("insert")(insert(r)),
       findByKey: (r: Parameters<typeof findByKey>[0]) => storage("findByKey")(findByKey(r)),
@@ -170,6 +185,7 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
       upsertTarget: (r: Parameters<typeof upsertTarget>[0]) => storage("upsertTarget")(orDieIfMissing(upsertTarget(r))),
       findTarget: (r: Parameters<typeof findTarget>[0]) => storage("findTarget")(findTarget(r)),
       hasPending: storage("hasPending")(Effect.map(findPending(undefined), Option.isSome)),
+      queueView: storage("queueView")(orDieIfMissing(queueView(undefined))),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
         storage(operation)(sql.withTransaction(effect))
