@@ -1,4 +1,4 @@
-import { claimDue, fenced, storageErrors } from "@delivery/core"
+import { claimDue, completionBucket, fenced, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 
@@ -21,6 +21,9 @@ export const ClaimedRow = Schema.Struct({
   fingerprint: Schema.NullOr(Schema.String)
 })
 export type ClaimedRow = typeof ClaimedRow.Type
+
+/** Every state of a row (migrations/0014_reset_mail_outbox.sql), in lifecycle order. */
+export const ResetMailState = Schema.Literal("pending", "sending", "delivered", "rejected", "quarantined", "stopped")
 
 export const EndedState = Schema.Literal("rejected", "quarantined", "stopped")
 export type EndedState = typeof EndedState.Type
@@ -155,6 +158,21 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
         SELECT 1 AS found FROM reset_mail_outbox WHERE state = 'pending' OR state = 'sending' LIMIT 1`.withoutTransform
     })
 
+    // The queue view: counts by state and deliveries per window in one pass (a delivered row's updated_at is its
+    // delivery time: nothing writes an ended row again), and the oldest due row from reset_mail_outbox_due. A sending
+    // row is not due here: its claim is settled by the stale-claim rule of the worker's own configured age.
+    const queueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, ${completionBucket(sql, sql`CASE WHEN state = 'delivered' THEN updated_at END`)} AS bucket,
+                 count(*)::int AS count
+          FROM reset_mail_outbox GROUP BY 1, 2`,
+        dueSince: sql`SELECT min(next_attempt_at) FROM reset_mail_outbox WHERE state = 'pending' AND next_attempt_at <= now()`
+      }).withoutTransform
+    })
+
     return {
       insert: (r: Parameters<typeof insert>[0]) => Effect.asVoid(insert(r)).pipe(storage("insert")),
       quarantineStale: (r: Parameters<typeof quarantineStale>[0]) =>
@@ -168,6 +186,7 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
       summary: summary(undefined).pipe(storage("summary")),
       list: (r: Parameters<typeof list>[0]) => list(r).pipe(storage("list")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
+      queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
         sql.withTransaction(effect).pipe(storage(operation))

@@ -1,8 +1,9 @@
 import type { Email, TenantId } from "@delivery/identity"
 import { PasswordResets } from "@delivery/identity"
+import { type QueueView, queueSnapshotOf } from "@delivery/core"
 import { Clock, Effect, Option } from "effect"
 import { randomUUID } from "node:crypto"
-import { ResetMailRepo, type ResetMailStorageUnavailable } from "./ResetMailRepo.ts"
+import { ResetMailRepo, ResetMailState, type ResetMailStorageUnavailable } from "./ResetMailRepo.ts"
 
 /**
  * A reset request (spec 002): for an enabled account, its verification and an outbox row commit in one
@@ -33,6 +34,19 @@ export class ResetRequests extends Effect.Service<ResetRequests>()("@delivery/re
       Effect.withSpan("ResetRequests.hasPendingWork")
     )
 
-    return { request, complete: resets.complete, hasPendingWork } as const
+    /**
+     * Reset mail as a durable queue (core's QueueView): rows by state (pending, sending, delivered, rejected,
+     * quarantined, stopped); due: a pending row whose attempt time has come (a sending row is settled by the worker's
+     * stale-claim rule, never claimed again); completed: rows delivered, by their delivery time.
+     */
+    const queueView: QueueView = {
+      family: "reset-mail",
+      title: "Password-reset mail",
+      snapshot: Effect.map(repo.queueView, queueSnapshotOf("reset-mail", ResetMailState.literals)).pipe(
+        Effect.withSpan("ResetRequests.queueView")
+      )
+    }
+
+    return { request, complete: resets.complete, hasPendingWork, queueView } as const
   })
 }) {}
