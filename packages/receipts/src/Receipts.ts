@@ -1,10 +1,11 @@
-import { Canonical } from "@delivery/core"
+import { Canonical, type QueueView, queueSnapshotOf } from "@delivery/core"
 import { Clock, Effect, Either, Option, Schema, type Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import {
   AttachmentRefused,
   CommandConflict,
   type EffectKind,
+  EffectState,
   RecordReceipt,
   type ReceiptRecorded,
   type ReceiptsStorageUnavailable
@@ -167,7 +168,21 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
       Effect.withSpan("Receipts.hasPendingWork")
     )
 
-    return { record, stage, state, hasPendingWork } as const
+    /**
+     * Receipt effects as a durable queue (core's QueueView): effects by state (pending, running, done; a done effect
+     * carries no outcome to split it by); due: a pending effect whose attempt time has come and whose earlier effects
+     * are all done, exactly what the worker's claim takes (a running one past the stale-claim age goes back to pending
+     * by the worker's own configured rule first); completed: effects done, by their completion time.
+     */
+    const queueView: QueueView = {
+      family: "receipt-effects",
+      title: "Receipt effects",
+      snapshot: Effect.map(repo.queueView, queueSnapshotOf("receipt-effects", EffectState.literals)).pipe(
+        Effect.withSpan("Receipts.queueView")
+      )
+    }
+
+    return { record, stage, state, hasPendingWork, queueView } as const
   }),
   dependencies: [ReceiptsRepo.Default]
 }) {}

@@ -1,4 +1,4 @@
-import { claimDue, fenced, storageErrors } from "@delivery/core"
+import { claimDue, completionBucket, fenced, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { type EffectKind, ReceiptsStorageUnavailable } from "./Domain.ts"
@@ -263,6 +263,28 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
         SELECT 1 AS found FROM receipt_effects WHERE state = 'pending' OR state = 'running' LIMIT 1`.withoutTransform
     })
 
+    // The queue view: counts by state and completions per window in one pass, and the oldest effect the claim would
+    // take now (pending, due, every earlier effect of its receipt done: receipt_effects_due, then receipt_effects_receipt
+    // per candidate). It became due when its attempt time came or when the last earlier effect completed, if later.
+    const queueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, ${completionBucket(sql, sql`completed_at`)} AS bucket, count(*)::int AS count
+          FROM receipt_effects GROUP BY 1, 2`,
+        dueSince: sql`
+          SELECT min(greatest(e.next_attempt_at, (
+                   SELECT max(earlier.completed_at) FROM receipt_effects earlier
+                   WHERE earlier.receipt_id = e.receipt_id AND earlier.seq < e.seq)))
+          FROM receipt_effects e
+          WHERE e.state = 'pending' AND e.next_attempt_at <= now()
+            AND NOT EXISTS (
+              SELECT 1 FROM receipt_effects earlier
+              WHERE earlier.receipt_id = e.receipt_id AND earlier.seq < e.seq AND earlier.state <> 'done')`
+      }).withoutTransform
+    })
+
     return {
       insertFile: (r: Parameters<typeof insertFile>[0]) => Effect.asVoid(insertFile(r)).pipe(storage("insertFile")),
       lockCommand: (tenant: string, commandId: string) => Effect.asVoid(lockCommand(tenant, commandId)).pipe(storage("lockCommand")),
@@ -285,6 +307,7 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
       receiptHead: (tenant: string, id: string) => receiptHead({ tenant, id }).pipe(storage("receiptHead")),
       effectsOf: (receiptId: string) => effectsOf(receiptId).pipe(storage("effectsOf")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
+      queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => sql.withTransaction(effect).pipe(storage(operation))
     } as const
   })
