@@ -1,9 +1,9 @@
 import { PersistedQueue } from "@effect/experimental"
-import { Canonical } from "@delivery/core"
+import { Canonical, type QueueView, queueSnapshotOf } from "@delivery/core"
 import { freezeMessage, type Mailbox } from "@delivery/mail"
 import { Clock, Context, Effect, Either, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
-import { type ApplicationState, type ApplicationSubmitted, CommandConflict, QUEUE_NAME, SubmitApplication, TeamApplicationsStorageUnavailable } from "./Domain.ts"
+import { type ApplicationState, type ApplicationSubmitted, CommandConflict, DeliveryState, QUEUE_NAME, SubmitApplication, TeamApplicationsStorageUnavailable } from "./Domain.ts"
 import { renderNotifications } from "./Notifications.ts"
 import { TeamApplicationsRepo } from "./TeamApplicationsRepo.ts"
 
@@ -132,7 +132,23 @@ export class TeamApplications extends Effect.Service<TeamApplications>()("@deliv
       Effect.withSpan("TeamApplications.hasPendingWork")
     )
 
-    return { submit, state, summary: repo.summary, hasPendingWork } as const
+    /**
+     * The notifications as a durable queue (core's QueueView), by the states an operator already reads for one
+     * application (team_application_delivery_state): pending, processing (an attempt holds the lease), failed (a retry
+     * waits), then the outcomes delivered, rejected, exhausted, envelope-invalid, and missing (an outbox row without
+     * its queue item). The queue's own `completed` would lump rejections in with deliveries; the outcome tells them
+     * apart. Due: a queue item the store's claim would take now (its retry delay over, no live lease), aged from the
+     * later of the two; completed: notifications delivered, by their outcome time.
+     */
+    const queueView: QueueView = {
+      family: "team-applications",
+      title: "Team-application notifications",
+      snapshot: Effect.map(repo.queueView, queueSnapshotOf("team-applications", DeliveryState.literals)).pipe(
+        Effect.withSpan("TeamApplications.queueView")
+      )
+    }
+
+    return { submit, state, summary: repo.summary, hasPendingWork, queueView } as const
   }),
   dependencies: [TeamApplicationsRepo.Default]
 }) {}

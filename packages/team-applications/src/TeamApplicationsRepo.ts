@@ -1,4 +1,4 @@
-import { storageErrors } from "@delivery/core"
+import { completionBucket, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { Audience, DeliveryState, QUEUE_NAME, TeamApplicationsStorageUnavailable } from "./Domain.ts"
@@ -161,6 +161,24 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
         WHERE queue_name = ${QUEUE_NAME} AND NOT completed AND NOT exhausted LIMIT 1`.withoutTransform
     })
 
+    // The queue view: notifications by delivery state, and deliveries per window by their outcome time, in one pass
+    // over team_application_delivery_state (the outbox keeps every outcome, the queue's ended items are cleaned up);
+    // the oldest due item from the store's claim index (effect_queue_take), by the claim's own predicate.
+    const queueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, ${completionBucket(sql, sql`CASE WHEN state = 'delivered' THEN outcome_at END`)} AS bucket,
+                 count(*)::int AS count
+          FROM team_application_delivery_state GROUP BY 1, 2`,
+        dueSince: sql`
+          SELECT min(greatest(available_at, lease_expires_at)) FROM effect_queue
+          WHERE queue_name = ${QUEUE_NAME} AND NOT completed AND NOT exhausted AND available_at <= now()
+            AND (lease_expires_at IS NULL OR lease_expires_at <= now())`
+      }).withoutTransform
+    })
+
     return {
       lockCommand: (tenant: string, commandId: string) => Effect.asVoid(lockCommand(tenant, commandId)).pipe(storage("lockCommand")),
       findCommand: (tenant: string, commandId: string) => findCommand({ tenant, commandId }).pipe(storage("findCommand")),
@@ -173,6 +191,7 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
       states: (applicationId: string) => states(applicationId).pipe(storage("states")),
       summary: Effect.map(summary, ({ ended, states }) => ({ states, endedQueueItems: ended[0]?.count ?? 0 })).pipe(storage("summary")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
+      queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => sql.withTransaction(effect).pipe(storage(operation))
     } as const
   })
