@@ -1,7 +1,7 @@
 import type { VerifiedIdentity } from "@delivery/identity"
 import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
 import { RateLimiter } from "@effect/experimental"
-import { makeCorrelationId } from "@delivery/core"
+import { makeCorrelationId, type QueueView, queueSnapshotOf } from "@delivery/core"
 import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
 import { type KeyObject, verify } from "node:crypto"
 import {
@@ -220,7 +220,24 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       return Option.map(yield* repo.findStream(key), (found) => toState(key, found))
     })
 
-    return { receive, raiseReplayFloor, raiseReplayFloorAs, stream } as const
+    /**
+     * Inbound streams as a durable family (core's QueueView). Ingest has no delivery queue: an envelope is final once
+     * acknowledged. What waits for a worker is retention, so the states are the payloads': retained (within their
+     * retention) and expired (past it, still stored until a sweep deletes them); streams, identities and audit rows are
+     * permanent and not counted. Due: an expired payload, aged from its expiry (a growing age means retention is not
+     * running); completed: envelopes accepted, by their acceptance time (duplicates and refusals are not).
+     */
+    const queueView: QueueView = {
+      family: "inbound-streams",
+      title: "Inbound streams",
+      snapshot: repo.queueView.pipe(
+        Effect.map(queueSnapshotOf("inbound-streams", ["retained", "expired"])),
+        Effect.catchTag("StorageFailure", unavailable(makeCorrelationId())),
+        Effect.withSpan("EnvelopeInbox.queueView")
+      )
+    }
+
+    return { receive, raiseReplayFloor, raiseReplayFloorAs, stream, queueView } as const
   }),
   dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}

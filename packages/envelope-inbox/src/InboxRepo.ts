@@ -1,4 +1,4 @@
-import { storageErrors } from "@delivery/core"
+import { completionBucket, queueViewQuery, QueueViewRow, storageErrors, windowsStart } from "@delivery/core"
 import type { VerifiedIdentity } from "@delivery/identity"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
 import { Data, Effect, Option, Predicate, Schema } from "effect"
@@ -202,11 +202,30 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
         ) SELECT count(*) AS deleted FROM expired`.withoutTransform
     })
 
+    // The queue view: payloads retained or expired (what the next retention sweep deletes: `expires_at < now`, as
+    // deleteExpired reads it), envelopes accepted per window from the permanent identities (their accepted_at index,
+    // migrations/0024), and the payload longest past its expiry from inbox_payloads_expiry. Never a payload.
+    const queueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT CASE WHEN expires_at < now() THEN 'expired' ELSE 'retained' END AS state, NULL::int AS bucket,
+                 count(*)::int AS count
+          FROM inbox_payloads GROUP BY 1
+          UNION ALL
+          SELECT NULL, ${completionBucket(sql, sql`accepted_at`)}, count(*)::int
+          FROM inbox_identities WHERE accepted_at > ${windowsStart(sql)} GROUP BY 2`,
+        dueSince: sql`SELECT min(expires_at) FROM inbox_payloads WHERE expires_at < now()`
+      }).withoutTransform
+    })
+
     // An INSERT ... RETURNING or an aggregate that returned no row would be a bug, not an outcome.
     const noRowIsDefect = "NoSuchElementException" as const
 
     return {
       lockStream: (key: StreamKey, now: Date) => storage("lockStream")(Effect.map(Effect.catchTag(lockStream({ ...key, now }), noRowIsDefect, Effect.die), toStream)),
+      queueView: storage("queueView")(Effect.catchTag(queueView(undefined), "NoSuchElementException", Effect.die)),
       findStream: (key: StreamKey) => storage("findStream")(Effect.map(findStream(key), Option.map(toStream))),
       runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
       /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
