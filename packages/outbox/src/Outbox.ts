@@ -58,8 +58,8 @@ export const requestFingerprint = (envelope: EnqueueRequest["envelope"], maxAtte
 
 // Cursor: base64url of "<dead_at ISO>|<id>". Times are written from the Clock in milliseconds, so
 // the ISO form round-trips exactly and the keyset comparison never skips or repeats a row.
-const encodeCursor = (row: MessageRow) =>
-  Buffer.from(`${row.dead_at!.toISOString()}|${row.id}`, "utf8").toString("base64url")
+/** A keyset position: the ordering time of the last row of a page and its id. */
+const encodeCursor = (at: Date, id: string) => Buffer.from(`${at.toISOString()}|${id}`, "utf8").toString("base64url")
 
 const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
 
@@ -68,7 +68,7 @@ const decodeCursor = (cursor: string) => {
   const deadAt = match === null ? Number.NaN : Date.parse(match[1]!)
   return Number.isNaN(deadAt)
     ? Effect.fail(new CursorInvalid({ reason: "cursor-invalid" }))
-    : Effect.succeed({ deadAt: new Date(deadAt), id: match![2]! })
+    : Effect.succeed({ at: new Date(deadAt), id: match![2]! })
 }
 
 export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", {
@@ -167,14 +167,42 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
       function*(tenant: TenantId, project: ProjectId, options: { readonly limit?: number | undefined; readonly cursor?: string | undefined }) {
         const size = Math.min(Math.max(Math.floor(options.limit ?? PAGE_LIMIT), 1), PAGE_LIMIT)
         const after = options.cursor === undefined ? null : yield* decodeCursor(options.cursor)
-        const rows = yield* repo.listDead({ tenant, project, limit: size + 1, after })
+        const rows = yield* repo.listDead({ tenant, project, limit: size + 1, after: after && { deadAt: after.at, id: after.id } })
         const page = rows.slice(0, size)
+        const last = page[page.length - 1]
         return new DeadLetterPage({
           items: page.map(toMessage),
-          nextCursor: rows.length > size ? encodeCursor(page[page.length - 1]!) : null
+          nextCursor: rows.length > size && last !== undefined ? encodeCursor(last.dead_at!, last.id) : null
         })
       }
     )
+
+    /**
+     * One page of the messages of exactly one tenant/project, optionally in one state, oldest first (the console's
+     * list). Sizes are clamped to 1..100 like the dead letters'.
+     */
+    const messages = Effect.fn("Outbox.messages")(
+      function*(tenant: TenantId, project: ProjectId, options: {
+        readonly state?: MessageState | undefined
+        readonly limit?: number | undefined
+        readonly cursor?: string | undefined
+      }) {
+        const size = Math.min(Math.max(Math.floor(options.limit ?? PAGE_LIMIT), 1), PAGE_LIMIT)
+        const after = options.cursor === undefined ? null : yield* decodeCursor(options.cursor)
+        const rows = yield* repo.listScope({ tenant, project, state: options.state ?? null, limit: size + 1, after })
+        const page = rows.slice(0, size)
+        const last = page[page.length - 1]
+        return new DeadLetterPage({
+          items: page.map(toMessage),
+          nextCursor: rows.length > size && last !== undefined ? encodeCursor(last.created_at, last.id) : null
+        })
+      }
+    )
+
+    /** The operator actions recorded for one message (its redrives), oldest first, at most 100. */
+    const messageAudit = Effect.fn("Outbox.messageAudit")(function*(tenant: TenantId, project: ProjectId, id: MessageId) {
+      return yield* repo.auditTrail({ tenant, project, id, limit: 100 })
+    })
 
     /**
      * Gives a dead letter new attempts: same row, id, envelope and idempotency key; the attempt
@@ -218,6 +246,6 @@ export class Outbox extends Effect.Service<Outbox>()("@delivery/outbox/Outbox", 
       )
     }
 
-    return { enqueue, registerTarget, target, message, deadLetters, redrive, hasPendingWork, queueView } as const
+    return { enqueue, registerTarget, target, message, messages, messageAudit, deadLetters, redrive, hasPendingWork, queueView } as const
   })
 }) {}

@@ -28,6 +28,16 @@ export const MessageRow = Schema.Struct({
 })
 export type MessageRow = typeof MessageRow.Type
 
+/** An operator action on a message, as its audit row keeps it: actor and stable codes only. */
+export const AuditRow = Schema.Struct({
+  action: Schema.String,
+  actor: Schema.String,
+  attempt: Schema.NullOr(Schema.Number),
+  detail: Schema.NullOr(Schema.String),
+  at: Schema.DateFromSelf
+})
+export type AuditRow = typeof AuditRow.Type
+
 /** What an idempotent enqueue compares and replays. */
 export const KeyedRow = Schema.Struct({ ...MessageRow.fields, request_sha256: Schema.String, envelope: Schema.String })
 export type KeyedRow = typeof KeyedRow.Type
@@ -107,6 +117,31 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
         ORDER BY m.dead_at, m.id LIMIT ${r.limit}`.withoutTransform
     })
 
+    // The console's list: one tenant/project, optionally one state, oldest first, by keyset on (created_at, id).
+    const listScope = SqlSchema.findAll({
+      Request: Schema.Struct({
+        ...Scope.fields, state: Schema.NullOr(MessageState), limit: Schema.Number,
+        after: Schema.NullOr(Schema.Struct({ at: Schema.DateFromSelf, id: Schema.String }))
+      }),
+      Result: MessageRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(messageColumns)} FROM outbox_messages m JOIN outbox_envelopes e ON e.id = m.id
+        WHERE m.tenant = ${r.tenant} AND m.project = ${r.project}
+        ${r.state === null ? sql`` : sql`AND m.state = ${r.state}`}
+        ${r.after === null ? sql`` : sql`AND (m.created_at, m.id) > (${r.after.at}, ${r.after.id}::uuid)`}
+        ORDER BY m.created_at, m.id LIMIT ${r.limit}`.withoutTransform
+    })
+
+    // A message's audit trail (operator actions: redrives), oldest first, bounded.
+    const auditTrail = SqlSchema.findAll({
+      Request: Schema.Struct({ ...Scope.fields, id: Schema.String, limit: Schema.Number }),
+      Result: AuditRow,
+      execute: (r) => sql`
+        SELECT action, actor, attempt, detail, at FROM outbox_audit
+        WHERE tenant = ${r.tenant} AND project = ${r.project} AND message_id = ${r.id}::uuid
+        ORDER BY audit_id LIMIT ${r.limit}`.withoutTransform
+    })
+
     // Redrive: new attempts on the same row (same id, envelope and idempotency key). The attempt
     // counter is never reset; the ceiling moves up instead.
     const redrive = SqlSchema.single({
@@ -180,6 +215,8 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
       findByKey: (r: Parameters<typeof findByKey>[0]) => storage("findByKey")(findByKey(r)),
       findInScope: (r: Parameters<typeof findInScope>[0]) => storage("findInScope")(findInScope(r)),
       listDead: (r: Parameters<typeof listDead>[0]) => storage("listDead")(listDead(r)),
+      listScope: (r: Parameters<typeof listScope>[0]) => storage("listScope")(listScope(r)),
+      auditTrail: (r: Parameters<typeof auditTrail>[0]) => storage("auditTrail")(auditTrail(r)),
       redrive: (r: Parameters<typeof redrive>[0]) => storage("redrive")(orDieIfMissing(redrive(r))),
       audit: (r: Parameters<typeof audit>[0]) => storage("audit")(audit(r)),
       upsertTarget: (r: Parameters<typeof upsertTarget>[0]) => storage("upsertTarget")(orDieIfMissing(upsertTarget(r))),
