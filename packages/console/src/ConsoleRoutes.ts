@@ -1,0 +1,68 @@
+import { FileSystem, HttpApiBuilder, type HttpRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { type QueueViews, type WorkerRegistry } from "@delivery/core"
+import { Effect, Schema } from "effect"
+import { createRequire } from "node:module"
+import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
+import { securityHeaders } from "./ConsoleSecurity.ts"
+import { layout } from "./Layout.ts"
+import { makeOutboxPages } from "./OutboxPages.ts"
+import { overviewSection } from "./Overview.ts"
+import { type ConsoleSessions } from "./ConsoleSessions.ts"
+import { makeSignIn } from "./SignIn.ts"
+
+const require = createRequire(import.meta.url)
+
+type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry
+
+/** The console's static files, read once at start-up: htmx from its npm package, the stylesheet from this package. */
+const assets = Effect.gen(function* () {
+  const fs = yield* FileSystem.FileSystem
+  const htmx = yield* fs.readFileString(require.resolve("htmx.org/dist/htmx.min.js"))
+  const css = yield* fs.readFileString(new URL("../assets/console.css", import.meta.url).pathname)
+  const asset = (body: string, contentType: string) =>
+    HttpServerResponse.text(body, {
+      contentType,
+      headers: { ...securityHeaders, "cache-control": "public, max-age=3600" }
+    })
+  return {
+    htmx: asset(htmx, "text/javascript; charset=utf-8"),
+    css: asset(css, "text/css; charset=utf-8")
+  }
+})
+
+/**
+ * The operator console under `/console`, added to the backend's router next to the API: server-rendered pages,
+ * htmx for the parts that refresh themselves. Needs the family services it shows and acts on, `QueueViews`,
+ * `WorkerRegistry`, the operator credential and the session store.
+ */
+export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
+  Effect.gen(function* () {
+    const files = yield* assets
+    const signIn = yield* makeSignIn
+    // The services every handler uses, taken once here: a route's handler may need only the request itself.
+    const context = yield* Effect.context<ConsoleServices>()
+    const withServices = <A, E>(handler: Effect.Effect<A, E, ConsoleServices | HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>) =>
+      Effect.provide(handler, context)
+    const overview = overviewSection
+
+    yield* router.get("/console/assets/htmx.min.js", Effect.succeed(files.htmx))
+    yield* router.get("/console/assets/console.css", Effect.succeed(files.css))
+    yield* router.get("/console", Effect.succeed(redirect("/console/overview")))
+    yield* router.get("/console/sign-in", signIn.show)
+    yield* router.post("/console/sign-in", withServices(signIn.submit))
+    yield* router.post("/console/sign-out", withServices(signedInAction(Schema.Struct({}), () => signIn.signOut)))
+
+    yield* router.get("/console/overview", withServices(signedInPage((session) =>
+      Effect.map(overview, (section) =>
+        htmlResponse(layout({ title: "Overview", current: "/console/overview", viewer: session, body: section }))))))
+    const outbox = yield* makeOutboxPages
+    yield* router.get("/console/outbox", withServices(outbox.list))
+    yield* router.get("/console/outbox/live", withServices(outbox.listLive))
+    yield* router.get("/console/outbox/:tenant/:project/:id", withServices(outbox.detail))
+    yield* router.get("/console/outbox/:tenant/:project/:id/live", withServices(outbox.detailLive))
+    yield* router.get("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.confirmRedrive))
+    yield* router.post("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.redrive))
+
+    yield* router.get("/console/overview/live", withServices(signedInPage(() => Effect.map(overview, (section) => htmlResponse(section)))))
+  })
+)
