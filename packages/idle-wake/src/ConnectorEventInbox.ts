@@ -1,6 +1,6 @@
 import type { CorrelationId } from "@delivery/core"
-import { storageErrors } from "@delivery/core"
-import { SqlClient } from "@effect/sql"
+import { completionBucket, type QueueView, queueSnapshotOf, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
+import { SqlClient, SqlSchema } from "@effect/sql"
 import { Duration, Effect, Either, Option, Redacted, Schema } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
 import { ConnectorEventDelivery, type ConnectorEventReceipt } from "./ConnectorEventProtocol.ts"
@@ -95,6 +95,33 @@ export class ConnectorEventInbox extends Effect.Service<ConnectorEventInbox>()("
       return { outcome, eventId: delivery.eventId } satisfies ConnectorEventReceipt
     })
 
-    return { receive } as const
+    const readQueueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT 'recorded' AS state, ${completionBucket(sql, sql`received_at`)} AS bucket, count(*)::int AS count
+          FROM idle_wake_connector_events GROUP BY 2`,
+        dueSince: sql`SELECT NULL::timestamptz`
+      }).withoutTransform
+    })
+
+    /**
+     * The stack's connector events (core's QueueView). The tenant keeps a receipt per event and nothing waits after it:
+     * an event is final once recorded (its undelivered ones wait in the cloud's queue, the cloud role's view). So one
+     * state, recorded; nothing is ever due; completed: events recorded, by their receipt time (duplicates are not).
+     */
+    const queueView: QueueView = {
+      family: "connector-events",
+      title: "Connector events",
+      snapshot: readQueueView(undefined).pipe(
+        Effect.catchTag("NoSuchElementException", Effect.die),
+        storageErrors("connectorEventsQueueView", (fault) => new IdleWakeStorageUnavailable(fault)),
+        Effect.map(queueSnapshotOf("connector-events", ["recorded"])),
+        Effect.withSpan("ConnectorEventInbox.queueView")
+      )
+    }
+
+    return { receive, queueView } as const
   })
 }) {}

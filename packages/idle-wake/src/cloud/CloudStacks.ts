@@ -4,6 +4,7 @@ import { pollUntil } from "./Poll.ts"
 import type { StackId } from "../Domain.ts"
 import { Admission } from "./Admission.ts"
 import { CloudConflict, CloudNotFound, type CloudProfile, type StackState } from "./CloudDomain.ts"
+import { stacksQueueView } from "./CloudQueueViews.ts"
 import { CloudStacksRepo, type StackRow } from "./CloudStacksRepo.ts"
 import { ComputeProvider } from "./ComputeProvider.ts"
 import { Routing } from "./Routing.ts"
@@ -57,6 +58,7 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
     const wakes = yield* Wakes
     const routing = yield* Routing
     const admission = yield* Admission
+    const queueView = yield* stacksQueueView
 
     const notFound = (correlationId: string) => Effect.fail(new CloudNotFound({ reason: "stack-unknown", correlationId: correlationId as never }))
     const conflict = (reason: CloudConflict["reason"], correlationId: string, state?: StackState) =>
@@ -189,7 +191,7 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
       return { ...view, stop: stop._tag }
     })
 
-    return { register, addHost, removeHost, list, get, sleep, recover, wake, suspend, resume, setRecoveryHold, archive, admission: admission.counters } as const
+    return { register, addHost, removeHost, list, get, sleep, recover, wake, suspend, resume, setRecoveryHold, archive, admission: admission.counters, queueView } as const
   })
 }) {}
 

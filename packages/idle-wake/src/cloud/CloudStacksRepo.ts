@@ -1,5 +1,5 @@
-import { storageErrors } from "@delivery/core"
-import { SqlClient, type Statement } from "@effect/sql"
+import { completionBucket, queueViewQuery, QueueViewRow, storageErrors, windowsStart } from "@delivery/core"
+import { SqlClient, SqlSchema, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import { type IncomingProof } from "../Protocol.ts"
 import { CloudStorageUnavailable, type StackId, type StackState } from "./CloudDomain.ts"
@@ -328,6 +328,30 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
         SELECT id::text AS id, action, detail, correlation_id, at FROM idle_wake_cloud_audit
         WHERE stack_id = ${stack} ORDER BY id DESC LIMIT ${limit}`.withoutTransform.pipe(storage("readAudit"))
 
+    // The queue view: stacks by state; wakes completed per window from their `awake` audit rows (migrations/0024 indexes
+    // them); the oldest stack left mid-operation: a sleep cycle or a wake whose lease ended (what the fenced claims
+    // take over, with their `< now()`), or an uncertain stop waiting for recovery since it became one.
+    const readQueueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, NULL::int AS bucket, count(*)::int AS count FROM idle_wake_cloud_stacks GROUP BY 1
+          UNION ALL
+          SELECT NULL, ${completionBucket(sql, sql`at`)}, count(*)::int FROM idle_wake_cloud_audit
+          WHERE action = 'awake' AND at > ${windowsStart(sql)} GROUP BY 2`,
+        dueSince: sql`
+          SELECT min(CASE WHEN state = 'waking' THEN wake_lease_expires_at
+                          WHEN state = 'stop-uncertain' THEN state_changed_at
+                          ELSE op_lease_expires_at END)
+          FROM idle_wake_cloud_stacks
+          WHERE (state IN ('draining', 'stopping') AND op_lease_expires_at < now())
+             OR (state = 'waking' AND wake_lease_expires_at < now())
+             OR state = 'stop-uncertain'`
+      }).withoutTransform
+    })
+    const queueView = readQueueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("stacksQueueView"))
+
     return {
       register,
       get,
@@ -349,7 +373,8 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
       resume,
       setRecoveryHold,
       archive,
-      audit
+      audit,
+      queueView
     } as const
   })
 }) {}

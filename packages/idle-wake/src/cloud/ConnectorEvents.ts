@@ -5,6 +5,7 @@ import { CONNECTOR_EVENT_TYPE, ConnectorEventReceipt } from "../ConnectorEventPr
 import type { StackId } from "../Domain.ts"
 import { signObject } from "../Protocol.ts"
 import { CloudSettingsTag } from "./CloudConfig.ts"
+import { connectorEventsQueueView } from "./CloudQueueViews.ts"
 import { CloudStacksRepo, type StackRow } from "./CloudStacksRepo.ts"
 import { ConnectorEventsRepo, type EventRow, type NewEvent } from "./ConnectorEventsRepo.ts"
 import { isForwardable } from "./Routing.ts"
@@ -38,6 +39,7 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
   scoped: Effect.gen(function* () {
     const settings = yield* CloudSettingsTag
     const repo = yield* ConnectorEventsRepo
+    const queueView = yield* connectorEventsQueueView
     const stacks = yield* CloudStacksRepo
     const wakes = yield* Wakes
     const client = (yield* HttpClient.HttpClient).pipe(HttpClient.withTracerPropagation(false))
@@ -162,7 +164,7 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
     )
 
     const summary = repo.summary
-    return { accept, tick, summary } as const
+    return { accept, tick, summary, queueView } as const
   }),
   dependencies: [ConnectorEventsRepo.Default, FetchHttpClient.layer]
 }) {}

@@ -1,5 +1,5 @@
-import { claimDue, storageErrors } from "@delivery/core"
-import { SqlClient } from "@effect/sql"
+import { claimDue, completionBucket, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
+import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { CloudStorageUnavailable } from "./CloudDomain.ts"
 
@@ -111,6 +111,23 @@ export class ConnectorEventsRepo extends Effect.Service<ConnectorEventsRepo>()("
       (rows) => rows.map((row) => ({ state: row.state, events: row.events, oldestSeconds: row.oldest_seconds }))
     ).pipe(storage("summarizeConnectorEvents"))
 
-    return { accept, claim, settle, release, summary } as const
+    // The queue view: counts by state and deliveries per window in one pass, and the oldest event the claim would take
+    // now (its own predicate, on idle_wake_cloud_connector_events_due), aged from its availability or its lease's end.
+    const readQueueView = SqlSchema.single({
+      Request: Schema.Void,
+      Result: QueueViewRow,
+      execute: () => queueViewQuery(sql, {
+        groups: sql`
+          SELECT state, ${completionBucket(sql, sql`CASE WHEN state = 'delivered' THEN settled_at END`)} AS bucket,
+                 count(*)::int AS count
+          FROM idle_wake_cloud_connector_events GROUP BY 1, 2`,
+        dueSince: sql`
+          SELECT min(greatest(available_at, lease_expires_at)) FROM idle_wake_cloud_connector_events
+          WHERE state = 'pending' AND available_at <= now() AND (lease_expires_at IS NULL OR lease_expires_at < now())`
+      }).withoutTransform
+    })
+    const queueView = readQueueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("eventsQueueView"))
+
+    return { accept, claim, settle, release, summary, queueView } as const
   })
 }) {}
