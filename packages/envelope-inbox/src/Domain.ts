@@ -134,3 +134,39 @@ export class StreamState extends Schema.Class<StreamState>("StreamState")({
   replayFloor: Schema.Number,
   highSequence: Schema.Number
 }) {}
+
+/** A stream as the operator console lists it: its position and when it was created and last written. */
+export class StreamSummary extends Schema.Class<StreamSummary>("StreamSummary")({
+  tenant: Schema.String,
+  project: Schema.String,
+  producer: Schema.String,
+  cursor: Schema.Number,
+  replayFloor: Schema.Number,
+  highSequence: Schema.Number,
+  createdAt: Schema.DateFromSelf,
+  /** The last envelope received on the stream, or the last floor request (both lock and touch the row). */
+  lastReceivedAt: Schema.DateFromSelf
+}) {}
+
+/** One page of a tenant's streams; `nextCursor` continues after its last stream, null on the last page. */
+export class StreamPage extends Schema.Class<StreamPage>("StreamPage")({
+  items: Schema.Array(StreamSummary),
+  nextCursor: Schema.NullOr(Schema.String)
+}) {}
+
+/** An `inbox_stream_audit` row: who asked for which floor, what it was before and after. */
+export class StreamAuditEntry extends Schema.Class<StreamAuditEntry>("StreamAuditEntry")({
+  action: Schema.String,
+  outcome: Schema.Literal("applied", "unchanged"),
+  floorBefore: Schema.Number,
+  floorAfter: Schema.Number,
+  requested: Schema.Number,
+  actor: Schema.String,
+  at: Schema.DateFromSelf,
+  correlationId: Schema.String
+}) {}
+
+/** A stream list's cursor that this service did not write. */
+export class StreamCursorInvalid extends Schema.TaggedError<StreamCursorInvalid>()("StreamCursorInvalid", {
+  reason: Schema.Literal("cursor-invalid")
+}) {}

@@ -14,12 +14,16 @@ import {
   EnvelopeUnprocessable,
   InboxStorageUnavailable,
   type IngestRefusal,
+  StreamAuditEntry,
+  StreamCursorInvalid,
+  StreamPage,
   StreamState,
+  StreamSummary,
   SyncRateLimited
 } from "./Domain.ts"
 import * as Stages from "./EnvelopeStages.ts"
 import { PayloadRetentionConfig } from "./InboxConfig.ts"
-import { auditContextOf, type AuditRow, InboxRepo, type StorageFailure, type StreamKey } from "./InboxRepo.ts"
+import { auditContextOf, type AuditRow, InboxRepo, type StorageFailure, type StreamKey, type SummaryRow } from "./InboxRepo.ts"
 import { RefusalAudit } from "./RefusalAudit.ts"
 
 /** Who changes a stream's floor and under which request: its audit row's actor and correlation id. */
@@ -55,6 +59,35 @@ export const keyObjectOf = (key: SigningKey): KeyObject => {
   }
   return object
 }
+
+/** Streams per page and floor changes per audit trail, at most. */
+export const STREAM_PAGE_LIMIT = 100
+
+// Cursor: base64url of "<project>/<producer>", the last stream of a page. Both ids are bounded to
+// [a-z0-9_-], so the separator is unambiguous and the keyset comparison never skips or repeats a stream.
+const encodeStreamCursor = (row: { readonly project: string; readonly producer: string }) =>
+  Buffer.from(`${row.project}/${row.producer}`, "utf8").toString("base64url")
+
+const STREAM_CURSOR = /^([a-z0-9][a-z0-9_-]{0,63})\/([a-z0-9][a-z0-9_-]{0,63})$/
+
+const decodeStreamCursor = (cursor: string) => {
+  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? STREAM_CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  return match === null
+    ? Effect.fail(new StreamCursorInvalid({ reason: "cursor-invalid" }))
+    : Effect.succeed({ project: match[1]!, producer: match[2]! })
+}
+
+const toSummary = (tenant: string, row: SummaryRow) =>
+  new StreamSummary({
+    tenant,
+    project: row.project,
+    producer: row.producer,
+    cursor: row.contiguous_cursor,
+    replayFloor: row.replay_floor,
+    highSequence: row.high_sequence,
+    createdAt: row.created_at,
+    lastReceivedAt: row.last_received_at
+  })
 
 export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/envelope-inbox/EnvelopeInbox", {
   effect: Effect.gen(function* () {
@@ -221,6 +254,50 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
     })
 
     /**
+     * One page of a tenant's streams, optionally of one project, ordered by (project, producer) (the console's
+     * list). Sizes are clamped to 1..100.
+     */
+    const streams = Effect.fn("EnvelopeInbox.streams")(
+      function* (tenant: string, options: {
+        readonly project?: string | undefined
+        readonly cursor?: string | undefined
+        readonly limit?: number | undefined
+      } = {}) {
+        const size = Math.min(Math.max(Math.floor(options.limit ?? STREAM_PAGE_LIMIT), 1), STREAM_PAGE_LIMIT)
+        const after = options.cursor === undefined ? null : yield* decodeStreamCursor(options.cursor)
+        const rows = yield* repo.listStreams({ tenant, project: options.project ?? null, after, limit: size + 1 })
+        const page = rows.slice(0, size)
+        const last = page[page.length - 1]
+        return new StreamPage({
+          items: page.map((row) => toSummary(tenant, row)),
+          nextCursor: rows.length > size && last !== undefined ? encodeStreamCursor(last) : null
+        })
+      }
+    )
+
+    /** A stream's position with its creation and last write; none for a stream never seen. */
+    const streamSummary = Effect.fn("EnvelopeInbox.streamSummary")(function* (key: StreamKey) {
+      return Option.map(yield* repo.findSummary(key), (row) => toSummary(key.tenant, row))
+    })
+
+    /** The stream's floor requests (`inbox_stream_audit`), newest first, at most 100. */
+    const streamAudit = Effect.fn("EnvelopeInbox.streamAudit")(function* (key: StreamKey) {
+      const rows = yield* repo.floorAudit(key, STREAM_PAGE_LIMIT)
+      return rows.map((row) =>
+        new StreamAuditEntry({
+          action: row.action,
+          outcome: row.outcome,
+          floorBefore: row.floor_before,
+          floorAfter: row.floor_after,
+          requested: row.requested,
+          actor: row.actor,
+          at: row.at,
+          correlationId: row.correlation_id
+        })
+      )
+    })
+
+    /**
      * Inbound streams as a durable family (core's QueueView). Ingest has no delivery queue: an envelope is final once
      * acknowledged. What waits for a worker is retention, so the states are the payloads': retained (within their
      * retention) and expired (past it, still stored until a sweep deletes them); streams, identities and audit rows are
@@ -237,7 +314,7 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       )
     }
 
-    return { receive, raiseReplayFloor, raiseReplayFloorAs, stream, queueView } as const
+    return { receive, raiseReplayFloor, raiseReplayFloorAs, stream, streams, streamSummary, streamAudit, queueView } as const
   }),
   dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}

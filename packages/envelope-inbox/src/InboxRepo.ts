@@ -123,6 +123,29 @@ export interface FloorAuditRow extends StreamKey {
   readonly correlationId: string
 }
 
+const SummaryRow = Schema.Struct({
+  project: Schema.String,
+  producer: Schema.String,
+  contiguous_cursor: Int8,
+  replay_floor: Int8,
+  high_sequence: Int8,
+  created_at: Schema.DateFromSelf,
+  last_received_at: Schema.DateFromSelf
+})
+export type SummaryRow = typeof SummaryRow.Type
+
+const FloorAuditRead = Schema.Struct({
+  action: Schema.String,
+  outcome: Schema.Literal("applied", "unchanged"),
+  floor_before: Int8,
+  floor_after: Int8,
+  requested: Int8,
+  actor: Schema.String,
+  at: Schema.DateFromSelf,
+  correlation_id: Schema.String
+})
+export type FloorAuditRead = typeof FloorAuditRead.Type
+
 export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-inbox/InboxRepo", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
@@ -146,6 +169,41 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       execute: (r) => sql`
         SELECT stream_id, contiguous_cursor, replay_floor, high_sequence FROM inbox_streams
         WHERE tenant = ${r.tenant} AND project = ${r.project} AND producer = ${r.producer}`.withoutTransform
+    })
+
+    // One tenant's streams by keyset on (project, producer), which the streams' unique index orders.
+    const listStreams = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenant: Schema.String,
+        project: Schema.NullOr(Schema.String),
+        after: Schema.NullOr(Schema.Struct({ project: Schema.String, producer: Schema.String })),
+        limit: Schema.Number
+      }),
+      Result: SummaryRow,
+      execute: (r) => sql`
+        SELECT project, producer, contiguous_cursor, replay_floor, high_sequence, created_at, last_received_at
+        FROM inbox_streams WHERE tenant = ${r.tenant}
+        ${r.project === null ? sql`` : sql`AND project = ${r.project}`}
+        ${r.after === null ? sql`` : sql`AND (project, producer) > (${r.after.project}, ${r.after.producer})`}
+        ORDER BY project, producer LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const findSummary = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, project: Schema.String, producer: Schema.String }),
+      Result: SummaryRow,
+      execute: (r) => sql`
+        SELECT project, producer, contiguous_cursor, replay_floor, high_sequence, created_at, last_received_at
+        FROM inbox_streams WHERE tenant = ${r.tenant} AND project = ${r.project} AND producer = ${r.producer}`.withoutTransform
+    })
+
+    // The newest floor changes of one stream first (inbox_stream_audit_stream indexes it), bounded.
+    const floorAudit = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, project: Schema.String, producer: Schema.String, limit: Schema.Number }),
+      Result: FloorAuditRead,
+      execute: (r) => sql`
+        SELECT action, outcome, floor_before, floor_after, requested, actor, at, correlation_id FROM inbox_stream_audit
+        WHERE tenant = ${r.tenant} AND project = ${r.project} AND producer = ${r.producer}
+        ORDER BY at DESC, audit_id DESC LIMIT ${r.limit}`.withoutTransform
     })
 
     // End of the run of retained sequences base+1, base+2, ... (base when there is none): in a run,
@@ -227,6 +285,9 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       lockStream: (key: StreamKey, now: Date) => storage("lockStream")(Effect.map(Effect.catchTag(lockStream({ ...key, now }), noRowIsDefect, Effect.die), toStream)),
       queueView: storage("queueView")(Effect.catchTag(queueView(undefined), "NoSuchElementException", Effect.die)),
       findStream: (key: StreamKey) => storage("findStream")(Effect.map(findStream(key), Option.map(toStream))),
+      listStreams: (r: Parameters<typeof listStreams>[0]) => storage("listStreams")(listStreams(r)),
+      findSummary: (key: StreamKey) => storage("findSummary")(findSummary(key)),
+      floorAudit: (key: StreamKey, limit: number) => storage("floorAudit")(floorAudit({ ...key, limit })),
       runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
       /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
       ingest: (w: IngestWrite) => storage("ingest")(ingest(w)),
