@@ -18,6 +18,7 @@ import { HealthApi } from "./HealthApi.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
 import { DocsLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
+import { CloudQueueViewsLive } from "./QueueViewsLive.ts"
 import { Readiness } from "./Readiness.ts"
 import { withEdgeErrors } from "./EdgeErrors.ts"
 import { requestInvalid, withoutDecodeError } from "./RequestInvalid.ts"
@@ -63,6 +64,7 @@ const CloudHttpLive = Layer.scopedDiscard(
 /** config → database → migrations + health check → cloud services (the routing table is read) → HTTP and proxy. */
 export const makeCloudApp = (config: AppConfigShape, cloud: CloudSettings) =>
   CloudHttpLive.pipe(
+    Layer.provideMerge(CloudQueueViewsLive),
     Layer.provideMerge(cloudLayer(cloud)),
     Layer.provideMerge(Readiness.Default.pipe(Layer.provideMerge(WorkerRegistry.Default))),
     Layer.provide(StartupChecksLive),

@@ -26,6 +26,7 @@ import { ApiLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { Readiness } from "./Readiness.ts"
 import { WorkerRegistry } from "@delivery/core"
+import { QueueViewsLive } from "./QueueViewsLive.ts"
 import { Workers, WorkersLive } from "./Workers.ts"
 
 /** What a worker layer may use; everything else it needs, it provides itself. */
@@ -149,6 +150,8 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
     Effect.map(loadConfig, (config): Layer.Layer<never, unknown> =>
       Option.isSome(config.cloud) ? Layer.discard(makeCloudApp(config, config.cloud.value)) : Layer.discard(HttpLive.pipe(
         Layer.provide(WorkersLive(options.workers)),
+        // What the console and /metrics read of each queue family, from the family services built below.
+        Layer.provideMerge(QueueViewsLive),
         Layer.provideMerge(IdleWakeServicesLive),
         Layer.provide(OutboxServicesLive),
         Layer.provideMerge(ReceiptsServicesLive),

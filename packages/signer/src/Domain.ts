@@ -154,6 +154,16 @@ export type KeyAuditAction = typeof KeyAuditAction.Type
 export const KeyChangeOutcome = Schema.Literal("applied", "unchanged")
 export type KeyChangeOutcome = typeof KeyChangeOutcome.Type
 
+/** A `signer_key_audit` row as operators read it: ids, stable codes, actor and time only. */
+export class KeyAuditEntry extends Schema.Class<KeyAuditEntry>("KeyAuditEntry")({
+  keyId: KeyId,
+  action: KeyAuditAction,
+  outcome: KeyChangeOutcome,
+  actor: Schema.String,
+  at: Schema.DateFromSelf,
+  correlationId: Schema.String
+}) {}
+
 /** What an operator key action did; `retired` lists the keys a rotation retired. */
 export interface KeyChange {
   readonly key: SigningKey

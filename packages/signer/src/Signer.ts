@@ -26,6 +26,9 @@ export const SIGNER_REPLAY_WINDOW = "SIGNER_REPLAY_WINDOW"
  */
 export const replayWindowConfig = positiveDuration(SIGNER_REPLAY_WINDOW, Duration.days(90))
 
+/** Audit rows `Signer.keyAudit` reads at most. */
+export const KEY_AUDIT_LIMIT = 100
+
 /** Revoked keys are deleted in bounded batches, so one sweep never holds a long lock. */
 export const PURGE_BATCH = 1_000
 
@@ -82,6 +85,11 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
 
     const keys = Effect.fn("Signer.keys")(function*(tenant: TenantId) {
       return yield* repo.listForTenant(tenant)
+    })
+
+    /** The tenant's `signer_key_audit` rows, newest first, at most 100 (purged keys' rows included). */
+    const keyAudit = Effect.fn("Signer.keyAudit")(function*(tenant: TenantId) {
+      return yield* repo.auditForTenant(tenant, KEY_AUDIT_LIMIT)
     })
 
     /**
@@ -149,6 +157,7 @@ export class Signer extends Effect.Service<Signer>()("@delivery/signer/Signer", 
       revokeAs: managed.revoke,
       purgeRevoked,
       keys,
+      keyAudit,
       resolveVerificationKey,
       verify,
       sign

@@ -3,6 +3,7 @@ import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import {
   KeyAuditAction,
+  KeyAuditEntry,
   KeyChangeOutcome,
   KeyId,
   KeyState,
@@ -125,6 +126,22 @@ export class SignerRepo extends Effect.Service<SignerRepo>()("@delivery/signer/S
         SELECT tenant, key_id FROM purged`.withoutTransform
     })
 
+    // A tenant's key changes, newest first, bounded: rotations are rare, so this reaches back a long way.
+    const auditForTenant = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, limit: Schema.Number }),
+      Result: Schema.Struct({
+        key_id: Schema.String,
+        action: KeyAuditAction,
+        outcome: KeyChangeOutcome,
+        actor: Schema.String,
+        at: Schema.DateFromSelf,
+        correlation_id: Schema.String
+      }),
+      execute: (r) => sql`
+        SELECT key_id, action, outcome, actor, at, correlation_id FROM signer_key_audit
+        WHERE tenant = ${r.tenant} ORDER BY at DESC, id DESC LIMIT ${r.limit}`.withoutTransform
+    })
+
     const insertAudit = SqlSchema.void({
       Request: Schema.Struct({
         ...KeyRef.fields,
@@ -152,6 +169,18 @@ export class SignerRepo extends Effect.Service<SignerRepo>()("@delivery/signer/S
         ),
       listForTenant: (tenant: string) =>
         storage("listForTenant")(Effect.map(listForTenant(tenant), (rows) => rows.map(toKey))),
+      auditForTenant: (tenant: string, limit: number) =>
+        storage("auditForTenant")(Effect.map(auditForTenant({ tenant, limit }), (rows) =>
+          rows.map((row) =>
+            new KeyAuditEntry({
+              keyId: KeyId.make(row.key_id),
+              action: row.action,
+              outcome: row.outcome,
+              actor: row.actor,
+              at: row.at,
+              correlationId: row.correlation_id
+            })
+          ))),
       retireActive: (r: { tenant: string; now: Date; verifyUntil: Date }) =>
         storage("retireActive")(Effect.map(retireActive(r), (rows) => rows.map(toKey))),
       revoke: (r: { tenant: string; keyId: string; now: Date; verifyUntil: Date }) =>

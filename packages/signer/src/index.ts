@@ -39,7 +39,7 @@ export type { PrivateKeyEntry } from "./KeyList.ts"
 export { parseKeyList } from "./KeyList.ts"
 export * as KeySource from "./KeySource.ts"
 export { SigningKeySource, type SigningKeySourceShape } from "./KeySource.ts"
-export { PURGE_BATCH, replayWindowConfig, type SignRequest, Signer, SIGNER_REPLAY_WINDOW, type VerifiedEnvelope } from "./Signer.ts"
+export { KEY_AUDIT_LIMIT, PURGE_BATCH, replayWindowConfig, type SignRequest, Signer, SIGNER_REPLAY_WINDOW, type VerifiedEnvelope } from "./Signer.ts"
 export {
   type KeySourceSummary,
   purgeIntervalConfig,

@@ -5,6 +5,7 @@ import { Chunk, Duration, Effect, Fiber, Layer, Logger, Queue, TestClock, TestCo
 import {
   AuditActor,
   CorrelationId,
+  KEY_AUDIT_LIMIT,
   KeySource,
   purgeRevokedLoop,
   Signer,
@@ -80,6 +81,40 @@ layer(TestLayer, { excludeTestServices: true })("signer_key_audit: every key cha
       ])
       expect(rows[0]!.correlation_id).not.toBe(rows[1]!.correlation_id)
       expect(rows[1]!.correlation_id).toBe(rows[2]!.correlation_id)
+    }))
+
+  it.effect("Signer.keyAudit reads the tenant's signer_key_audit rows, newest first: key id, action, outcome, actor, time, correlation id; never another tenant's", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const t = tenant("audit-read")
+      expect(yield* signer.keyAudit(t)).toEqual([])
+      yield* signer.registerKeyAs(t, keyId("k1"), k.a1.publicKey, operator("reg-1"))
+      yield* signer.rotateAs(t, keyId("k2"), k.a2.publicKey, operator("rot-1"))
+      yield* signer.revokeAs(t, keyId("k1"), operator("rev-1"))
+      yield* signer.revokeAs(t, keyId("k1"), operator("rev-2"))
+      yield* signer.registerKey(tenant("audit-other"), keyId("k1"), k.a1.publicKey)
+      const trail = yield* signer.keyAudit(t)
+      expect(trail.map(({ at: _, ...entry }) => ({ ...entry }))).toEqual([
+        { keyId: "k1", action: "revoke", outcome: "unchanged", actor: "operator:environment", correlationId: "rev-2" },
+        { keyId: "k1", action: "revoke", outcome: "applied", actor: "operator:environment", correlationId: "rev-1" },
+        { keyId: "k2", action: "rotate", outcome: "applied", actor: "operator:environment", correlationId: "rot-1" },
+        { keyId: "k1", action: "retire", outcome: "applied", actor: "operator:environment", correlationId: "rot-1" },
+        { keyId: "k1", action: "register", outcome: "applied", actor: "operator:environment", correlationId: "reg-1" }
+      ])
+      const times = trail.map((entry) => entry.at.getTime())
+      expect(times).toEqual([...times].sort((a, b) => b - a))
+    }))
+
+  it.effect("Signer.keyAudit is bounded: the newest 100 rows", () =>
+    Effect.gen(function* () {
+      const signer = yield* Signer
+      const t = tenant("audit-bound")
+      for (let i = 0; i <= KEY_AUDIT_LIMIT + 4; i++) {
+        yield* signer.registerKeyAs(t, keyId("k1"), k.a1.publicKey, operator(`reg-${i}`))
+      }
+      const trail = yield* signer.keyAudit(t)
+      expect(trail.length).toBe(KEY_AUDIT_LIMIT)
+      expect([trail[0]!.correlationId, trail[KEY_AUDIT_LIMIT - 1]!.correlationId]).toEqual([`reg-${KEY_AUDIT_LIMIT + 4}`, "reg-5"])
     }))
 
   it.effect("signer-purge-revoked: the sweep removes a revoked key only after its replay window, with a purge audit row", () =>
