@@ -1,7 +1,14 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, FiberRef, HashMap, Option, Runtime, Schema } from "effect"
-import { CORRELATION_HEADER, CorrelationId, correlationRefs, makeCorrelationId, requestCorrelationId } from "../src/index.ts"
+import {
+  CORRELATION_HEADER,
+  CORRELATION_SPAN_ATTRIBUTE,
+  CorrelationId,
+  correlationRefs,
+  makeCorrelationId,
+  requestCorrelationId
+} from "../src/index.ts"
 
 const HEX32 = /^[0-9a-f]{32}$/
 
@@ -27,6 +34,19 @@ describe("correlation ids: one per request, chosen by the server", () => {
     })
     expect(read).toBe(id)
     expect(Option.getOrUndefined(HashMap.get(annotations, "correlationId"))).toBe(id)
+  })
+
+  it("every span started while the request is handled carries its correlation id as the correlation.id attribute", async () => {
+    const id = makeCorrelationId()
+    const probe = Effect.useSpan("outer", (outer) =>
+      Effect.map(Effect.useSpan("inner", (inner) => Effect.succeed(inner.attributes)), (inner) => [outer.attributes, inner] as const))
+    const [outer, inner] = await new Promise<readonly [ReadonlyMap<string, unknown>, ReadonlyMap<string, unknown>]>((resolve, reject) => {
+      const fiber = Runtime.runFork(Runtime.defaultRuntime)(probe, { updateRefs: correlationRefs(id) })
+      fiber.addObserver((exit) => exit._tag === "Success" ? resolve(exit.value) : reject(exit.cause))
+    })
+    expect(CORRELATION_SPAN_ATTRIBUTE).toBe("correlation.id")
+    expect(outer.get(CORRELATION_SPAN_ATTRIBUTE)).toBe(id)
+    expect(inner.get(CORRELATION_SPAN_ATTRIBUTE)).toBe(id)
   })
 
   it("without the edge, the first reader assigns the id for the rest of the request and the response carries it in x-correlation-id", async () => {
