@@ -6,6 +6,8 @@ import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleH
 import { securityHeaders } from "./ConsoleSecurity.ts"
 import { layout } from "./Layout.ts"
 import { makeOutboxPages } from "./OutboxPages.ts"
+import { makeSigningKeyPages } from "./SigningKeyPages.ts"
+import { makeStreamPages } from "./StreamPages.ts"
 import { overviewSection } from "./Overview.ts"
 import { type ConsoleSessions } from "./ConsoleSessions.ts"
 import { makeSignIn } from "./SignIn.ts"
@@ -32,7 +34,8 @@ const assets = Effect.gen(function* () {
 
 /**
  * The operator console under `/console`, added to the backend's router next to the API: server-rendered pages,
- * htmx for the parts that refresh themselves. Needs the family services it shows and acts on, `QueueViews`,
+ * htmx for the parts that refresh themselves. Needs the family services it shows and acts on (`Outbox`,
+ * `EnvelopeInbox`, `Signer`), `Identity` (a replay floor is refused for a tenant that does not exist), `QueueViews`,
  * `WorkerRegistry`, the operator credential and the session store.
  */
 export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
@@ -62,6 +65,20 @@ export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
     yield* router.get("/console/outbox/:tenant/:project/:id/live", withServices(outbox.detailLive))
     yield* router.get("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.confirmRedrive))
     yield* router.post("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.redrive))
+    const streams = yield* makeStreamPages
+    yield* router.get("/console/streams", withServices(streams.list))
+    yield* router.get("/console/streams/live", withServices(streams.listLive))
+    yield* router.get("/console/streams/:tenant/:project/:producer", withServices(streams.detail))
+    yield* router.get("/console/streams/:tenant/:project/:producer/live", withServices(streams.detailLive))
+    yield* router.get("/console/streams/:tenant/:project/:producer/replay-floor", withServices(streams.confirmRaise))
+    yield* router.post("/console/streams/:tenant/:project/:producer/replay-floor", withServices(streams.raiseFloor))
+    const keys = yield* makeSigningKeyPages
+    yield* router.get("/console/signing-keys", withServices(keys.list))
+    yield* router.get("/console/signing-keys/live", withServices(keys.listLive))
+    yield* router.get("/console/signing-keys/:tenant/rotate", withServices(keys.rotateForm))
+    yield* router.post("/console/signing-keys/:tenant/rotate", withServices(keys.rotate))
+    yield* router.get("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.confirmRevoke))
+    yield* router.post("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.revoke))
 
     yield* router.get("/console/overview/live", withServices(signedInPage(() => Effect.map(overview, (section) => htmlResponse(section)))))
   })
