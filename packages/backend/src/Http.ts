@@ -1,5 +1,14 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
-import { AuthenticationLive, IdentityHttpLive, OperatorAuthenticationLive, ProvisioningHttpLive, SessionsHttpLive } from "@delivery/identity"
+import { ConsoleRoutesLive, ConsoleSessions } from "@delivery/console"
+import {
+  AuthenticationLive,
+  IdentityHttpLive,
+  OperatorAuthenticationLive,
+  OperatorCredentialLive,
+  PeerLimitLive,
+  ProvisioningHttpLive,
+  SessionsHttpLive
+} from "@delivery/identity"
 import { SignerHttpLive } from "@delivery/signer"
 import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/reset-mail"
@@ -47,4 +56,15 @@ export const EdgeMiddlewareLive = HttpApiBuilder.middleware(Api, requestInvalid(
 export const DocsLive = Layer.mergeAll(
   HttpApiBuilder.middlewareOpenApi({ path: "/openapi.json" }),
   HttpApiScalar.layer({ path: "/docs" })
+)
+
+/**
+ * The operator console at `/console` (packages/console), on the same router and edge as the API. Its sign-in
+ * admits peers against the same `PeerLimitLive` as the bearer middlewares, so the console gives no second budget
+ * for guessing the operator token.
+ */
+export const ConsoleLive = ConsoleRoutesLive.pipe(
+  Layer.provide(ConsoleSessions.Default),
+  Layer.provide(OperatorCredentialLive),
+  Layer.provide(PeerLimitLive)
 )

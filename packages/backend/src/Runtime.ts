@@ -22,7 +22,7 @@ import { Effect, Layer, Logger, Option } from "effect"
 import { makeCloudApp } from "./CloudRuntime.ts"
 import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
-import { ApiLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
+import { ApiLive, ConsoleLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { Readiness } from "./Readiness.ts"
 import { WorkerRegistry } from "@delivery/core"
@@ -136,6 +136,7 @@ const HttpLive = Layer.scopedDiscard(
 ).pipe(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
   Layer.provide(DocsLive),
+  Layer.provide(ConsoleLive),
   Layer.provide(EdgeMiddlewareLive),
   Layer.provide(ApiLive),
   Layer.provide(BunHttpServer.layerContext)

@@ -21,17 +21,30 @@ const ListQuery = Schema.Struct({
   tenant: optionalOr(TenantId),
   project: optionalOr(ProjectId),
   state: optionalOr(MessageState),
-  cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(128)))
+  cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(128))),
+  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)))
 })
+
+/** Rows per page unless the address asks for 1..100. */
+const PAGE_SIZE = 50
 
 const MessagePath = Schema.Struct({ tenant: TenantId, project: ProjectId, id: MessageIdSchema })
 
 const messagePath = (m: { readonly tenant: string; readonly project: string; readonly id: string }) =>
   `/console/outbox/${encodeURIComponent(m.tenant)}/${encodeURIComponent(m.project)}/${m.id}`
 
-const listUrl = (query: { tenant: string; project: string; state?: string | undefined; cursor?: string | undefined }, live = false) => {
+interface ListQuery {
+  readonly tenant: string
+  readonly project: string
+  readonly state?: string | undefined
+  readonly cursor?: string | undefined
+  readonly limit?: number | undefined
+}
+
+const listUrl = (query: ListQuery, live = false) => {
   const params = new URLSearchParams({ tenant: query.tenant, project: query.project })
   if (query.state !== undefined) params.set("state", query.state)
+  if (query.limit !== undefined) params.set("limit", String(query.limit))
   if (query.cursor !== undefined) params.set("cursor", query.cursor)
   return `/console/outbox${live ? "/live" : ""}?${params}`
 }
@@ -57,8 +70,8 @@ ${items.map((m) => html`<tr data-id="${m.id}" data-state="${m.state}"><td><a hre
 export const makeOutboxPages = Effect.gen(function* () {
   const outbox = yield* Outbox
 
-  const listSection = (query: { tenant: TenantId; project: ProjectId; state?: MessageState | undefined; cursor?: string | undefined }) =>
-    Effect.map(outbox.messages(query.tenant, query.project, query), (page) =>
+  const listSection = (query: ListQuery & { readonly tenant: TenantId; readonly project: ProjectId; readonly state?: MessageState | undefined }) =>
+    Effect.map(outbox.messages(query.tenant, query.project, { ...query, limit: query.limit ?? PAGE_SIZE }), (page) =>
       html`<section id="list" hx-get="${listUrl(query, true)}" hx-trigger="every 5s" hx-swap="outerHTML">
 ${messageRows(page.items)}
 <p class="pager">${query.cursor === undefined ? "" : html`<a href="${listUrl({ ...query, cursor: undefined })}">First page</a>`}${page.nextCursor === null ? "" : html`<a rel="next" href="${listUrl({ ...query, cursor: page.nextCursor })}">Next page</a>`}</p>
@@ -68,7 +81,8 @@ ${messageRows(page.items)}
     tenant: present(q.tenant),
     project: present(q.project),
     state: present(q.state),
-    cursor: q.cursor
+    cursor: q.cursor,
+    limit: q.limit
   }))
 
   /** The messages of one tenant/project, filtered by state, oldest first, 100 to a page by keyset. */
