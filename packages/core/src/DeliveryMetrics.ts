@@ -4,8 +4,8 @@ import { Duration, Effect, Metric, MetricBoundaries } from "effect"
 // package only records. Every label value is one of the closed sets below: never a tenant, an id, an address or a
 // token, so a scrape's size does not grow with the data.
 
-/** The durable queue families whose workers record outcomes. */
-export type DeliveryFamily = "outbox" | "reset-mail" | "receipts" | "team-applications" | "connector-events"
+/** The durable queue families whose workers record outcomes, under the names of their queue views. */
+export type DeliveryFamily = "outbox" | "reset-mail" | "receipt-effects" | "team-applications" | "cloud-connector-events"
 
 /** The outcome a family's worker recorded for one attempt (each family uses its own subset). */
 export type DeliveryOutcome =

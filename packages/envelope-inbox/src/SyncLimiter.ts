@@ -1,3 +1,4 @@
+import { recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import type { VerifiedIdentity } from "@delivery/identity"
 import { Data, Duration, Effect } from "effect"
@@ -36,7 +37,10 @@ export class SyncLimiter extends Effect.Service<SyncLimiter>()("@delivery/envelo
       yield* limiter.consume({ key: syncKey(identity), limit, window, algorithm: "fixed-window", onExceeded: "fail" }).pipe(
         Effect.catchAll((error): Effect.Effect<never, SyncLimitExceeded | SyncLimitUnavailable> =>
           error.reason === "Exceeded"
-            ? Effect.fail(new SyncLimitExceeded({ retryAfter: Duration.toMillis(error.retryAfter) }))
+            ? Effect.zipRight(
+              recordLimiterRefusal("sync-ingest"),
+              Effect.fail(new SyncLimitExceeded({ retryAfter: Duration.toMillis(error.retryAfter) }))
+            )
             : Effect.fail(new SyncLimitUnavailable())
         )
       )

@@ -1,4 +1,4 @@
-import { integerBetween, positiveDuration } from "@delivery/core"
+import { integerBetween, type LimiterReason, positiveDuration, recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer } from "effect"
@@ -55,7 +55,14 @@ export class PeerLimit extends Context.Tag("@delivery/identity/PeerLimit")<PeerL
  */
 export const consumeOrRefuse = (
   limiter: RateLimiter.RateLimiter,
-  options: { readonly key: string; readonly limit: number; readonly window: Duration.DurationInput; readonly operation: string }
+  options: {
+    readonly key: string
+    readonly limit: number
+    readonly window: Duration.DurationInput
+    readonly operation: string
+    /** The refusal's label in `delivery_limiter_refusals_total`. */
+    readonly reason: LimiterReason
+  }
 ): Effect.Effect<void, IdentityRateLimited | IdentityStorageUnavailable> =>
   limiter.consume({ key: options.key, limit: options.limit, window: options.window, algorithm: "fixed-window", onExceeded: "fail" }).pipe(
     Effect.asVoid,
@@ -63,6 +70,7 @@ export const consumeOrRefuse = (
       if (error.reason === "Exceeded") {
         const retryAfter = Duration.toMillis(error.retryAfter)
         return withHeader("retry-after", String(retryAfterSeconds(retryAfter))).pipe(
+          Effect.zipRight(recordLimiterRefusal(options.reason)),
           Effect.zipRight(Effect.fail(new IdentityRateLimited({ retryAfter })))
         )
       }
@@ -79,7 +87,8 @@ const make = Effect.gen(function* () {
       key: `identity-peer:${peerOf(request, config.trustedProxyHops)}`,
       limit: config.limit,
       window: config.window,
-      operation: "Authentication.peerLimit"
+      operation: "Authentication.peerLimit",
+      reason: "identity-peer"
     })
   return PeerLimit.of({ admit })
 })

@@ -27,7 +27,7 @@ const make = Effect.gen(function* () {
   const keyOf = (tenant: TenantId, email: Email) =>
     `identity-signin:${tenant}:${Canonical.sha256Hex(email)}`
   const admit = (tenant: TenantId, email: Email) =>
-    consumeOrRefuse(limiter, { key: keyOf(tenant, email), limit: config.limit, window: config.window, operation: "SignIn.addressLimit" })
+    consumeOrRefuse(limiter, { key: keyOf(tenant, email), limit: config.limit, window: config.window, operation: "SignIn.addressLimit", reason: "identity-signin" })
   return SignInLimit.of({ admit })
 })
 

@@ -1,4 +1,4 @@
-import { Backoff, fencedBatch, ProviderHttp } from "@delivery/core"
+import { Backoff, fencedBatch, ProviderHttp, recordOutcome } from "@delivery/core"
 import { Clock, Duration, Effect, Option } from "effect"
 import type { DeadReason, DeliveryErrorCode } from "./Domain.ts"
 import type { Settings } from "./OutboxConfig.ts"
@@ -112,6 +112,10 @@ export const record = (
       )
     ], { concurrency: "unbounded" })
     const [d, r, x] = results
+    // Only what the fence let through: a late owner's outcomes were not recorded, so they are not counted.
+    yield* recordOutcome("outbox", "delivered", d.moved.length)
+    yield* recordOutcome("outbox", "retry", r.moved.length)
+    yield* recordOutcome("outbox", "dead", x.moved.length)
     return {
       delivered: d.moved.length,
       retried: r.moved.length,

@@ -1,5 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
-import { leaseDeadline, ProviderHttp, workerLayer } from "@delivery/core"
+import { leaseDeadline, ProviderHttp, recordLimiterRefusal, workerLayer } from "@delivery/core"
 import { KeySource, type TenantId } from "@delivery/signer"
 import { Clock, Duration, Effect, Either, Exit, Layer } from "effect"
 import { randomBytes } from "node:crypto"
@@ -60,7 +60,12 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
       takeUpTo(store, { key: deliveryRateKey(tenant), limit, window, wanted }).pipe(
         Effect.tap(({ exhaustedFor }) =>
           // A spent window is skipped (and looked past) until it resets; its rows stay pending.
-          exhaustedFor === undefined ? Effect.void : Effect.sync(() => blocked.set(tenant, now + Duration.toMillis(exhaustedFor)))
+          exhaustedFor === undefined
+            ? Effect.void
+            : Effect.zipRight(
+              Effect.sync(() => blocked.set(tenant, now + Duration.toMillis(exhaustedFor))),
+              recordLimiterRefusal("outbox-delivery-rate")
+            )
         ),
         Effect.map(({ granted }) => granted),
         Effect.catchAll((error) => {
@@ -88,7 +93,7 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
             endpoint: row.endpoint,
             body: row.envelope,
             attempt: row.attempt
-          })
+          }).pipe(Effect.withSpan("OutboxDelivery.deliver", { attributes: { "delivery.family": "outbox" } }))
           recorder.add(row, outcome)
         }
       })
@@ -149,12 +154,15 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
           const leaseUntil = yield* leaseDeadline(settings.lease)
           const rows: Array<ClaimedRow> = []
           let full = true
-          for (const grant of grants) {
-            const claimed = yield* repo.claim({ tenant: grant.tenant, limit: grant.tokens, now: new Date(now), leaseUntil, owner })
-            // Stryker disable next-line AssignmentOperator,ConditionalExpression: grants add up to at most the batch size, so a batch that reaches it had every claim come back full
-            full &&= claimed.length === grant.tokens
-            rows.push(...claimed)
-          }
+          yield* Effect.gen(function*() {
+            for (const grant of grants) {
+              const claimed = yield* repo.claim({ tenant: grant.tenant, limit: grant.tokens, now: new Date(now), leaseUntil, owner })
+              // Stryker disable next-line AssignmentOperator,ConditionalExpression: grants add up to at most the batch size, so a batch that reaches it had every claim come back full
+              full &&= claimed.length === grant.tokens
+              rows.push(...claimed)
+            }
+            yield* Effect.annotateCurrentSpan("delivery.claimed", rows.length)
+          }).pipe(Effect.withSpan("OutboxDelivery.claim", { attributes: { "delivery.family": "outbox" } }))
           if (full && rows.length >= settings.batchSize) plans.set(owner, { grants, until: now + PEEK_EVERY_MS })
           const recorder = yield* makeRecorder(repo, settings)
           const sendable: Array<ClaimedRow> = []

@@ -1,4 +1,4 @@
-import { ProviderHttp } from "@delivery/core"
+import { ProviderHttp, timeProviderCall } from "@delivery/core"
 import type { TenantId } from "@delivery/signer"
 import { Context, Data, Effect, Layer } from "effect"
 import { OutboxSettings } from "./OutboxConfig.ts"
@@ -73,7 +73,7 @@ export const httpSender = Layer.effect(
                 contentType: "application/json",
                 headers,
                 timeout: requestTimeout
-              })
+              }).pipe(timeProviderCall("outbox"))
           })
         )
       })

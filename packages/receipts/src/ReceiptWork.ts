@@ -1,4 +1,4 @@
-import { Backoff, isConnectionLoss, workerLayer } from "@delivery/core"
+import { Backoff, isConnectionLoss, recordOutcome, timeProviderCall, workerLayer } from "@delivery/core"
 import { Mailer } from "@delivery/mail"
 import { Cause, Clock, Context, Data, Duration, Effect, Either, Exit, Option } from "effect"
 import { randomBytes } from "node:crypto"
@@ -70,7 +70,7 @@ export class ReceiptWork extends Effect.Service<ReceiptWork>()("@delivery/receip
           if (Either.isLeft(thawed)) return yield* new InvalidDurableEnvelope({ effect: claim.id })
           message = thawed.right
         }
-        const outcome = yield* mailer.value.send(message, claim.id)
+        const outcome = yield* mailer.value.send(message, claim.id).pipe(timeProviderCall("receipt-effects"))
         // Unlike reset mail, every failure is retryable here: the envelope and key never change (spec 002).
         if (outcome._tag !== "Delivered") return yield* new EffectFailed({ code: outcome.code })
       })
@@ -103,9 +103,11 @@ export class ReceiptWork extends Effect.Service<ReceiptWork>()("@delivery/receip
     const attempt = (owner: string, receipt: string | null) =>
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
-          const claim = yield* repo.claimOne({ now: yield* now, owner, receipt })
+          const claim = yield* repo.claimOne({ now: yield* now, owner, receipt }).pipe(Effect.withSpan("ReceiptWork.claim"))
           if (claim === undefined) return Option.none()
-          const ran = yield* Effect.exit(restore(interpret(claim)))
+          const ran = yield* Effect.exit(restore(interpret(claim)).pipe(
+            Effect.withSpan("ReceiptWork.interpret", { attributes: { "delivery.family": "receipt-effects" } })
+          ))
           let outcome: EffectOutcome
           let error: string | undefined
           if (Exit.isSuccess(ran)) {
@@ -120,10 +122,12 @@ export class ReceiptWork extends Effect.Service<ReceiptWork>()("@delivery/receip
             } else if (Cause.isInterruptedOnly(ran.cause)) {
               // Shutdown mid-effect: the work may be half done (a copy, a sent mail); it goes back to the retry
               // path, due now, under the same identity. If the write fails, the process exits non-zero.
-              yield* Effect.flatMap(now, (at) => repo.retry(claim, { nextAttemptAt: at, lastError: "interrupted", at })).pipe(
-                Effect.catchTag("LeaseLost", () => Effect.void),
+              const recorded = yield* Effect.flatMap(now, (at) => repo.retry(claim, { nextAttemptAt: at, lastError: "interrupted", at })).pipe(
+                Effect.as(true),
+                Effect.catchTag("LeaseLost", () => Effect.succeed(false)),
                 Effect.orDie
               )
+              if (recorded) yield* recordOutcome("receipt-effects", "retry")
               return yield* Effect.interrupt
             } else {
               // A database error or a broken durable envelope: the root worker stops; the claim is left to the
@@ -131,6 +135,7 @@ export class ReceiptWork extends Effect.Service<ReceiptWork>()("@delivery/receip
               return yield* Effect.failCause(ran.cause as Cause.Cause<never>)
             }
           }
+          if (outcome !== "lease-lost") yield* recordOutcome("receipt-effects", outcome)
           return Option.some({ id: claim.id, kind: claim.kind, outcome, ...(error === undefined ? {} : { error }) })
         }).pipe(Effect.catchTag("LeaseLost", () => Effect.succeed(Option.none())))
       )

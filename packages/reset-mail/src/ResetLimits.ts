@@ -20,8 +20,14 @@ const make = Effect.gen(function* () {
   const limiter = yield* RateLimiter.RateLimiter
   const config = yield* ResetRequestConfig
   const { trustedProxyHops } = yield* PeerLimitConfig
-  const consume = (key: string, limit: number, window: typeof config.sourceWindow, operation: string) =>
-    consumeOrRefuse(limiter, { key, limit, window, operation }).pipe(
+  const consume = (
+    key: string,
+    limit: number,
+    window: typeof config.sourceWindow,
+    operation: string,
+    reason: "password-reset-source" | "password-reset-address"
+  ) =>
+    consumeOrRefuse(limiter, { key, limit, window, operation, reason }).pipe(
       Effect.catchTags({
         IdentityRateLimited: (error) =>
           Effect.flatMap(requestCorrelationId, (correlationId) =>
@@ -33,13 +39,14 @@ const make = Effect.gen(function* () {
     )
   return ResetLimits.of({
     admitSource: (request) =>
-      consume(`password-reset-source:${peerOf(request, trustedProxyHops)}`, config.sourceLimit, config.sourceWindow, "PasswordReset.sourceLimit"),
+      consume(`password-reset-source:${peerOf(request, trustedProxyHops)}`, config.sourceLimit, config.sourceWindow, "PasswordReset.sourceLimit", "password-reset-source"),
     admitAddress: (tenant, email) =>
       consume(
         `password-reset-address:${tenant}:${Canonical.sha256Hex(email)}`,
         config.addressLimit,
         config.addressWindow,
-        "PasswordReset.addressLimit"
+        "PasswordReset.addressLimit",
+        "password-reset-address"
       )
   })
 })

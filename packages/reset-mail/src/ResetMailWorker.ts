@@ -1,4 +1,4 @@
-import { Backoff, type ProviderHttp, workerLayer } from "@delivery/core"
+import { Backoff, type ProviderHttp, recordOutcome, timeProviderCall, workerLayer } from "@delivery/core"
 import { PasswordResets, type ResetMailContext } from "@delivery/identity"
 import { fingerprint, MailMessage, Mailer } from "@delivery/mail"
 import { Cause, Clock, Context, Duration, Effect, Either, Exit, Layer, Option, Schema } from "effect"
@@ -135,7 +135,7 @@ export class ResetMailDelivery extends Effect.Service<ResetMailDelivery>()("@del
         let started = false
         const sent = yield* Effect.exit(restore(Effect.suspend(() => {
           started = true
-          return mailer.send(prepared, row.id)
+          return mailer.send(prepared, row.id).pipe(timeProviderCall("reset-mail"))
         })))
         if (Exit.isSuccess(sent)) return yield* record(row, sent.value)
         // Interrupted mid-call (shutdown): the call is aborted and may have reached the provider. The fenced
@@ -162,12 +162,15 @@ export class ResetMailDelivery extends Effect.Service<ResetMailDelivery>()("@del
     const attempt = (owner: string, at: number) =>
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
-          const row = yield* repo.claimOne(new Date(at), owner)
+          const row = yield* repo.claimOne(new Date(at), owner).pipe(Effect.withSpan("ResetMailDelivery.claim"))
           if (row === undefined) return Option.none()
           const outcome = yield* deliver(row, restore).pipe(
             // A late owner records nothing: its fenced write touched no row.
-            Effect.catchTag("LeaseLost", () => Effect.succeed("lease-lost" as const))
+            Effect.catchTag("LeaseLost", () => Effect.succeed("lease-lost" as const)),
+            Effect.tap((outcome) => Effect.annotateCurrentSpan("delivery.outcome", outcome)),
+            Effect.withSpan("ResetMailDelivery.deliver", { attributes: { "delivery.family": "reset-mail" } })
           )
+          if (outcome !== "lease-lost") yield* recordOutcome("reset-mail", outcome)
           return Option.some({ row, outcome })
         })
       )
@@ -180,6 +183,7 @@ export class ResetMailDelivery extends Effect.Service<ResetMailDelivery>()("@del
       })
       // Stryker disable next-line ConditionalExpression,EqualityOperator: only decides whether the warning is logged
       if (quarantinedStale > 0) yield* Effect.logWarning("reset mail: stale claims quarantined").pipe(Effect.annotateLogs({ count: quarantinedStale }))
+      yield* recordOutcome("reset-mail", "quarantined", quarantinedStale)
       const done = yield* attempt(owner, at)
       // Stryker disable next-line ConditionalExpression,BlockStatement: only the attempt's log line
       if (Option.isSome(done)) {

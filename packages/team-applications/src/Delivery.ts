@@ -1,4 +1,4 @@
-import { Backoff, workerLayer } from "@delivery/core"
+import { Backoff, type DeliveryOutcome, recordOutcome as countOutcome, timeProviderCall, workerLayer } from "@delivery/core"
 import { Mailer, thawMessage } from "@delivery/mail"
 import { Cause, Context, Data, Duration, Effect, Either, Exit, Option, Schema } from "effect"
 import { EffectQueue, type QueueHooks } from "./EffectQueueStore.ts"
@@ -63,7 +63,7 @@ export const makeDeliver = Effect.gen(function* () {
         yield* Effect.logError("team application: stored envelope invalid, not sent").pipe(Effect.annotateLogs({ effect: item.effect }))
         return { outcome: "envelope-invalid", code: "envelope-invalid" } satisfies AttemptResult
       }
-      const sent = yield* mailer.send(message.right, item.effect)
+      const sent = yield* mailer.send(message.right, item.effect).pipe(timeProviderCall("team-applications"))
       switch (sent._tag) {
         case "Delivered":
           return { outcome: "delivered", code: null } satisfies AttemptResult
@@ -75,8 +75,23 @@ export const makeDeliver = Effect.gen(function* () {
           return yield* new DeliveryFailed({ reason: sent.code, ...(Option.isSome(retryAfter) ? { retryAfter: retryAfter.value } : {}) })
         }
       }
-    }).pipe(Effect.annotateLogs({ effect: item.effect, attempt: meta.attempts + 1 }))
+    }).pipe(
+      Effect.annotateLogs({ effect: item.effect, attempt: meta.attempts + 1 }),
+      Effect.withSpan("TeamApplicationDelivery.deliver", { attributes: { "delivery.family": "team-applications" } })
+    )
 })
+
+/**
+ * What the queue recorded for a finished `take`: the settled outcome, or a failed attempt retried later, or, on the
+ * last allowed attempt, exhausted (the store's rule: the attempt number reached maxAttempts). Other failures (the
+ * store itself) recorded nothing.
+ */
+const recordedOutcome = (exit: Exit.Exit<AttemptResult, unknown>, attempt: number, maxAttempts: number): DeliveryOutcome | undefined => {
+  if (Exit.isSuccess(exit)) return exit.value.outcome
+  const failure = Cause.failureOption(exit.cause)
+  if (Option.isSome(failure) && failure.value instanceof DeliveryFailed) return attempt >= maxAttempts ? "exhausted" : "retry"
+  return undefined
+}
 
 /** Spec 002: one attempt per tick, then the poll interval. An attempt's outcome is recorded by the queue itself. */
 export const deliveryLoop = Effect.gen(function* () {
@@ -84,7 +99,14 @@ export const deliveryLoop = Effect.gen(function* () {
   const timing = yield* DeliverySettings
   const deliver = yield* makeDeliver
   while (true) {
-    const exit = yield* Effect.exit(queue.take(deliver, { maxAttempts: timing.maxAttempts }))
+    let attempt = 0
+    const exit = yield* Effect.exit(queue.take((item, meta) => {
+      attempt = meta.attempts + 1
+      return deliver(item, meta)
+    }, { maxAttempts: timing.maxAttempts }))
+    // `take` returns once its outcome committed.
+    const outcome = recordedOutcome(exit, attempt, timing.maxAttempts)
+    if (outcome !== undefined) yield* countOutcome("team-applications", outcome)
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       // A provider's refusal is routine: its code, not a stack. Anything else is logged whole.
       const failure = Cause.failureOption(exit.cause)

@@ -1,3 +1,4 @@
+import { type LimiterReason, recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import { CloudSettingsTag } from "./CloudConfig.ts"
@@ -18,6 +19,18 @@ export interface AdmissionRefusal {
 export const CAPACITY_RETRY_AFTER = 5
 
 const TEN_MINUTES = Duration.minutes(10)
+
+/** The refusals that are admission bounds (budgets and capacity), as `delivery_limiter_refusals_total` names them. */
+const LIMITER_REASONS: Partial<Record<WakeRefusalReason, LimiterReason>> = {
+  "source-request-budget": "wake-source-request-budget",
+  "source-wake-budget": "wake-source-wake-budget",
+  "stack-wake-budget": "wake-stack-wake-budget",
+  "wake-budget": "wake-budget",
+  "waiting-full": "wake-waiting-full",
+  "stack-waiting-full": "wake-stack-waiting-full",
+  "source-waiting-full": "wake-source-waiting-full",
+  "preparations-full": "wake-preparations-full"
+}
 
 const seconds = (duration: Duration.Duration) => Math.max(1, Math.ceil(Duration.toMillis(duration) / 1000))
 
@@ -113,7 +126,11 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
       }))
     })
 
-    const refused = (reason: WakeRefusalReason) => Effect.sync(() => bump(refusals, reason, 1))
+    const refused = (reason: WakeRefusalReason) => {
+      const limiter = LIMITER_REASONS[reason]
+      const count = Effect.sync(() => bump(refusals, reason, 1))
+      return limiter === undefined ? count : Effect.zipRight(count, recordLimiterRefusal(limiter))
+    }
 
     /** A wake this process claimed and started (what the operator view counts as a provider start). */
     const started = Effect.sync(() => {

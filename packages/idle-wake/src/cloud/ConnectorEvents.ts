@@ -1,4 +1,4 @@
-import { Backoff, makeCorrelationId, workerLayer } from "@delivery/core"
+import { Backoff, CORRELATION_SPAN_ATTRIBUTE, makeCorrelationId, recordOutcome, timeProviderCall, workerLayer } from "@delivery/core"
 import { FetchHttpClient, HttpClient, HttpClientRequest } from "@effect/platform"
 import { Deferred, Duration, Effect, Either, Option, Queue, Redacted, Schema } from "effect"
 import { CONNECTOR_EVENT_TYPE, ConnectorEventReceipt } from "../ConnectorEventProtocol.ts"
@@ -86,7 +86,8 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
           Effect.flatMap((response) => Effect.map(response.text, (text) => ({ status: response.status, text, retryAfter: response.headers["retry-after"] }))),
           Effect.scoped,
           Effect.timeout(settings.drainTimeout),
-          Effect.either
+          Effect.either,
+          timeProviderCall("cloud-connector-events")
         )
         if (Either.isLeft(answer)) return { _tag: "Retry", code: "tenant-unreachable" } satisfies Outcome
         const { status, text, retryAfter } = answer.right
@@ -137,9 +138,9 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
         return { _tag: "Retry", code: "waking", after: WAITING_FOR_STACK } satisfies Outcome
       })
 
-    const deliver = (event: EventRow) =>
-      Effect.gen(function* () {
-        const correlationId = makeCorrelationId()
+    const deliver = (event: EventRow) => {
+      const correlationId = makeCorrelationId()
+      return Effect.gen(function* () {
         const outcome = yield* decide(event, correlationId)
         const recorded = outcome._tag === "Retry"
           ? yield* Effect.flatMap(
@@ -151,11 +152,22 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
         yield* Effect.logInfo(recorded ? "connector event attempt recorded" : "connector event lease lost: nothing recorded").pipe(
           Effect.annotateLogs({ event: event.id, stack: event.stack_id, attempt: event.attempt, outcome: outcome._tag, code: outcome.code, correlationId })
         )
-      })
+        if (recorded) {
+          const counted = outcome._tag === "Delivered" ? "delivered" : outcome._tag === "Dead" ? "dead" : "retry"
+          yield* recordOutcome("cloud-connector-events", counted)
+          yield* Effect.annotateCurrentSpan("delivery.outcome", counted)
+        }
+      }).pipe(
+        // The wake this delivery may ask for is logged under the same id: the span can be found from the log.
+        Effect.withSpan("ConnectorEvents.deliver", {
+          attributes: { "delivery.family": "cloud-connector-events", [CORRELATION_SPAN_ATTRIBUTE]: correlationId }
+        })
+      )
+    }
 
     /** One bounded tick: claim, deliver, then wait for the poll interval or a nudge when there was nothing to do. */
     const tick = Effect.gen(function* () {
-      const claimed = yield* repo.claim(CLAIM, Duration.toMillis(settings.events.lease))
+      const claimed = yield* repo.claim(CLAIM, Duration.toMillis(settings.events.lease)).pipe(Effect.withSpan("ConnectorEvents.claim"))
       yield* Effect.forEach(claimed, deliver, { concurrency: CONCURRENCY, discard: true })
       if (claimed.length < CLAIM) yield* Effect.timeoutOption(Queue.take(nudge), settings.events.pollInterval)
     }).pipe(
