@@ -21,6 +21,7 @@ const assets = Effect.gen(function* () {
   const fs = yield* FileSystem.FileSystem
   const htmx = yield* fs.readFileString(require.resolve("htmx.org/dist/htmx.min.js"))
   const css = yield* fs.readFileString(new URL("../assets/console.css", import.meta.url).pathname)
+  const icon = yield* fs.readFileString(new URL("../assets/favicon.svg", import.meta.url).pathname)
   const asset = (body: string, contentType: string) =>
     HttpServerResponse.text(body, {
       contentType,
@@ -28,7 +29,8 @@ const assets = Effect.gen(function* () {
     })
   return {
     htmx: asset(htmx, "text/javascript; charset=utf-8"),
-    css: asset(css, "text/css; charset=utf-8")
+    css: asset(css, "text/css; charset=utf-8"),
+    icon: asset(icon, "image/svg+xml")
   }
 })
 
@@ -50,6 +52,7 @@ export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
 
     yield* router.get("/console/assets/htmx.min.js", Effect.succeed(files.htmx))
     yield* router.get("/console/assets/console.css", Effect.succeed(files.css))
+    yield* router.get("/console/assets/favicon.svg", Effect.succeed(files.icon))
     yield* router.get("/console", Effect.succeed(redirect("/console/overview")))
     yield* router.get("/console/sign-in", signIn.show)
     yield* router.post("/console/sign-in", withServices(signIn.submit))

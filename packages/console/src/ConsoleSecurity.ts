@@ -23,7 +23,9 @@ export const securityHeaders: Readonly<Record<string, string>> = {
   "content-security-policy": CONTENT_SECURITY_POLICY,
   "x-content-type-options": "nosniff",
   "x-frame-options": "DENY",
-  "referrer-policy": "no-referrer",
+  // Not no-referrer: under it browsers send `Origin: null` with the console's own form posts, and the same-site
+  // check could no longer tell them from a foreign page's.
+  "referrer-policy": "same-origin",
   "cross-origin-opener-policy": "same-origin",
   "cache-control": "no-store"
 }

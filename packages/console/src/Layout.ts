@@ -31,6 +31,7 @@ export const layout = (options: {
 <meta name="htmx-config" content="${htmxConfig}">
 <title>${options.title} · delivery console</title>
 <link rel="stylesheet" href="/console/assets/console.css">
+<link rel="icon" href="/console/assets/favicon.svg" type="image/svg+xml">
 <script src="/console/assets/htmx.min.js" defer></script>
 </head>
 <body>

@@ -51,8 +51,8 @@ const listUrl = (query: ListQuery, live = false) => {
 
 const filters = (query: { tenant?: string | undefined; project?: string | undefined; state?: string | undefined }) =>
   html`<form class="filters" method="get" action="/console/outbox">
-<label>Tenant <input name="tenant" value="${query.tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_-]{0,63}"></label>
-<label>Project <input name="project" value="${query.project ?? ""}" required pattern="[a-z0-9][a-z0-9_-]{0,63}"></label>
+<label>Tenant <input name="tenant" value="${query.tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
+<label>Project <input name="project" value="${query.project ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
 <label>State <select name="state"><option value="">any</option>${MessageState.literals.map((s) =>
   html`<option value="${s}"${s === query.state ? html` selected` : ""}>${s}</option>`)}</select></label>
 <button type="submit">Show</button>

@@ -22,7 +22,7 @@ const familyCard = (title: string, family: string, reading: QueueSnapshot | unde
   return html`<article class="family" data-family="${family}">
 <h2>${link === undefined ? title : html`<a href="${link}">${title}</a>`}</h2>
 <table><thead><tr><th>state</th><th class="num">items</th></tr></thead><tbody>
-${reading.states.map((s) => html`<tr data-state="${s.state}"><td class="state-${s.state}">${s.state}</td><td class="num count">${s.count}</td></tr>`)}
+${reading.states.map((s) => html`<tr data-state="${s.state}"><td${s.count > 0 ? html` class="state-${s.state}"` : ""}>${s.state}</td><td class="num count">${s.count}</td></tr>`)}
 </tbody></table>
 <p class="due${due !== null && due > LATE_SECONDS ? " late" : ""}" data-oldest-due="${due === null ? "" : String(Math.round(due))}">Oldest due: ${formatAge(due)}</p>
 <p>${completedChart(reading.completedLastHour, `${title} completed`)} <span class="muted completed" data-completed="${total}">${total} in the last hour</span></p>

@@ -33,7 +33,7 @@ const tenantPath = (tenant: string) => `/console/signing-keys/${encodeURICompone
 
 const filters = (tenant: string | undefined) =>
   html`<form class="filters" method="get" action="/console/signing-keys">
-<label>Tenant <input name="tenant" value="${tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_-]{0,63}"></label>
+<label>Tenant <input name="tenant" value="${tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
 <button type="submit">Show</button>
 </form>`
 
@@ -116,8 +116,8 @@ ${auditTable(audit)}
 <p>The public key is the raw 32-byte Ed25519 public key as unpadded base64url (43 characters), the <code>publicKey</code> of the operator route. Never paste a private key.</p>
 <form method="post" action="${tenantPath(tenant)}/rotate">
 ${csrfField(viewer)}
-<label>New key id <input name="keyId" required pattern="[a-z0-9][a-z0-9_-]{0,63}" autocomplete="off"></label>
-<label>New public key <input name="publicKey" required pattern="[A-Za-z0-9_-]{43}" size="50" autocomplete="off" spellcheck="false"></label>
+<label>New key id <input name="keyId" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}" autocomplete="off"></label>
+<label>New public key <input name="publicKey" required pattern="[A-Za-z0-9_\\-]{43}" size="50" autocomplete="off" spellcheck="false"></label>
 <p><button type="submit" class="danger">Rotate</button> <a href="${keysUrl(tenant)}">Cancel</a></p>
 </form>`
       return htmlResponse(layout({ title: "Rotate signing key", current: "/console/signing-keys", viewer, body }))

@@ -57,8 +57,8 @@ const listUrl = (query: ListQuery, live = false) => {
 
 const filters = (query: { tenant?: string | undefined; project?: string | undefined }) =>
   html`<form class="filters" method="get" action="/console/streams">
-<label>Tenant <input name="tenant" value="${query.tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_-]{0,63}"></label>
-<label>Project (optional) <input name="project" value="${query.project ?? ""}" pattern="[a-z0-9][a-z0-9_-]{0,63}"></label>
+<label>Tenant <input name="tenant" value="${query.tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
+<label>Project (optional) <input name="project" value="${query.project ?? ""}" pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
 <button type="submit">Show</button>
 </form>`
 
