@@ -4,7 +4,7 @@ import { Effect, Option, type ParseResult, Predicate, Schema } from "effect"
 import { type ConsoleSession, ConsoleSessions } from "./ConsoleSessions.ts"
 import { csrfMatches, isCrossSite, securityHeaders, SESSION_COOKIE } from "./ConsoleSecurity.ts"
 import { type Html } from "./Html.ts"
-import { layout, refusalBody, type Viewer } from "./Layout.ts"
+import { ConsoleSections, layout, refusalBody, type Viewer } from "./Layout.ts"
 
 /** A console refusal: the HTTP status, the stable reason, and what the page says. */
 export class ConsoleRefusal extends Schema.TaggedError<ConsoleRefusal>()("ConsoleRefusal", {
@@ -78,11 +78,15 @@ export const requireSession = Effect.gen(function* () {
   if (Option.isNone(session)) {
     return yield* refuse(401, Option.isSome(token) ? "session-expired" : "session-missing", "Sign in to use the console")
   }
-  return session.value
+  const signedIn: SignedIn = { ...session.value, sections: yield* ConsoleSections }
+  return signedIn
 })
 
+/** A live session as the pages see it: who, until when, its CSRF token and the navigation. */
+export type SignedIn = ConsoleSession & Viewer
+
 /** A page for signed-in operators: without a session, a browser's GET is redirected to the sign-in form. */
-export const signedInPage = <E, R>(page: (session: ConsoleSession) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+export const signedInPage = <E, R>(page: (session: SignedIn) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
   Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     const session = yield* Effect.either(requireSession)
@@ -103,7 +107,7 @@ const CsrfForm = Schema.Struct({ csrf: Schema.String.pipe(Schema.maxLength(128))
  */
 export const signedInAction = <A, I extends Record<string, string | ReadonlyArray<string> | undefined>, E, R>(
   form: Schema.Schema<A, I>,
-  action: (session: ConsoleSession, fields: A) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
+  action: (session: SignedIn, fields: A) => Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>
 ) =>
   Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest

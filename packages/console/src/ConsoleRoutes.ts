@@ -4,7 +4,7 @@ import { Effect, Schema } from "effect"
 import { createRequire } from "node:module"
 import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { securityHeaders } from "./ConsoleSecurity.ts"
-import { layout } from "./Layout.ts"
+import { BACKEND_SECTIONS, ConsoleSections, layout } from "./Layout.ts"
 import { makeOutboxPages } from "./OutboxPages.ts"
 import { makeSigningKeyPages } from "./SigningKeyPages.ts"
 import { makeStreamPages } from "./StreamPages.ts"
@@ -46,8 +46,8 @@ export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
     const signIn = yield* makeSignIn
     // The services every handler uses, taken once here: a route's handler may need only the request itself.
     const context = yield* Effect.context<ConsoleServices>()
-    const withServices = <A, E>(handler: Effect.Effect<A, E, ConsoleServices | HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>) =>
-      Effect.provide(handler, context)
+    const withServices = <A, E>(handler: Effect.Effect<A, E, ConsoleServices | ConsoleSections | HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>) =>
+      Effect.provide(handler, context).pipe(Effect.provideService(ConsoleSections, BACKEND_SECTIONS))
     const overview = overviewSection
 
     yield* router.get("/console/assets/htmx.min.js", Effect.succeed(files.htmx))

@@ -1,16 +1,31 @@
 import { COMPLETED_WINDOW_SECONDS } from "@delivery/core"
+import { Context } from "effect"
 import { type Html, html } from "./Html.ts"
 
-export interface Viewer {
-  readonly csrf: string
+/** A page of the navigation. */
+export interface Section {
+  readonly path: string
+  readonly title: string
 }
 
-const sections = [
+/**
+ * The navigation of this process's console: each role lists the sections it serves (the backend its delivery
+ * families, the cloud role its stacks), and a later capability adds its section here with its pages.
+ */
+export class ConsoleSections extends Context.Tag("@delivery/console/ConsoleSections")<ConsoleSections, ReadonlyArray<Section>>() {}
+
+export const BACKEND_SECTIONS: ReadonlyArray<Section> = [
   { path: "/console/overview", title: "Overview" },
   { path: "/console/outbox", title: "Outbox" },
   { path: "/console/streams", title: "Inbound streams" },
   { path: "/console/signing-keys", title: "Signing keys" }
-] as const
+]
+
+/** Who is looking: the session's CSRF token for its forms, and the navigation to show. */
+export interface Viewer {
+  readonly csrf: string
+  readonly sections: ReadonlyArray<Section>
+}
 
 // htmx reads its settings from this element: no inline styles for its indicators (the policy forbids them),
 // no eval, no scripts taken from answers.
@@ -37,7 +52,7 @@ export const layout = (options: {
 <body>
 <header>
 <span class="brand">delivery console</span>
-${options.viewer === undefined ? "" : html`<nav>${sections.map((section) =>
+${options.viewer === undefined ? "" : html`<nav>${options.viewer.sections.map((section) =>
   html`<a href="${section.path}"${section.path === options.current ? html` aria-current="page"` : ""}>${section.title}</a>`)}</nav>
 <form method="post" action="/console/sign-out">${csrfField(options.viewer)}<button type="submit">Sign out</button></form>`}
 </header>
