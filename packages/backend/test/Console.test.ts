@@ -88,6 +88,24 @@ layer(SuiteLayer, { excludeTestServices: true })("the operator console in a real
       expect(tls.headers.get("set-cookie")).toMatch(/; Secure/)
     }))
 
+  it.scoped("sign-in and every request that presents a session cookie spend the peer's identity budget (IDENTITY_PEER_LIMIT, shared with the bearer checks): past it the console answers 429 with Retry-After and its reason; requests without a cookie cost no lookup and are not counted", () =>
+    Effect.gen(function* () {
+      const { baseUrl } = yield* startBackend({ IDENTITY_PEER_LIMIT: "3", IDENTITY_PEER_WINDOW: "1 hour" })
+      const { client } = yield* signedIn(baseUrl)
+      const anonymous = consoleClient(baseUrl)
+      for (let i = 0; i < 5; i++) expect((yield* anonymous.get("/console/overview")).status).toBe(303)
+      expect((yield* client.get("/console/overview")).status).toBe(200)
+      expect((yield* client.get("/console/overview/live", { "hx-request": "true" })).status).toBe(200)
+      const limited = yield* client.get("/console/overview")
+      expect(limited.status).toBe(429)
+      expect(limited.headers.get("x-console-refusal")).toBe("rate-limited")
+      expect(Number(limited.headers.get("retry-after"))).toBeGreaterThan(0)
+      // The budget is the bearer checks' too: the operator API refuses this peer now as well.
+      const api = yield* Effect.promise(() => fetch(`${baseUrl}/operator/tenants`, { headers: { authorization: `Bearer ${OPERATOR_TOKEN}` } }))
+      expect(api.status).toBe(429)
+      expect((yield* consoleClient(baseUrl).post("/console/sign-in", { token: OPERATOR_TOKEN })).status).toBe(429)
+    }))
+
   it.scoped("every state-changing form needs the session's CSRF token and the same site: a POST without it, with another session's, or from another origin is refused 403 with its reason and changes nothing; sign-out ends the session in the database", () =>
     Effect.gen(function* () {
       const { baseUrl } = yield* Backend

@@ -1,6 +1,7 @@
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { requestCorrelationId } from "@delivery/core"
 import { Effect, Option, type ParseResult, Predicate, Schema } from "effect"
+import { PeerLimit } from "@delivery/identity"
 import { type ConsoleSession, ConsoleSessions } from "./ConsoleSessions.ts"
 import { csrfMatches, isCrossSite, securityHeaders, SESSION_COOKIE } from "./ConsoleSecurity.ts"
 import { type Html } from "./Html.ts"
@@ -68,12 +69,27 @@ export const answer = <E, R>(
     })
   )
 
+/** The peer's identity budget (429 with Retry-After when spent, 503 when its store is unreachable). */
+export const admitPeer = Effect.gen(function* () {
+  const peers = yield* PeerLimit
+  const request = yield* HttpServerRequest.HttpServerRequest
+  yield* peers.admit(request).pipe(
+    Effect.catchTags({
+      IdentityRateLimited: () => refuse(429, "rate-limited", "Too many requests from this address; try again later"),
+      IdentityStorageUnavailable: () => refuse(503, "storage-unavailable", "The request limit could not be checked; nothing was changed")
+    })
+  )
+})
+
 const sessionToken = Effect.map(HttpServerRequest.HttpServerRequest, (request) => Option.fromNullable(request.cookies[SESSION_COOKIE]))
 
 /** The request's live session, or a refusal: a page request is sent to the sign-in form, anything else gets 401. */
 export const requireSession = Effect.gen(function* () {
   const sessions = yield* ConsoleSessions
   const token = yield* sessionToken
+  // A presented cookie costs a database lookup: the peer pays for it from the identity budget every bearer check
+  // spends, so random cookies cannot buy unbounded lookups.
+  if (Option.isSome(token)) yield* admitPeer
   const session = Option.isSome(token) ? yield* sessions.resolve(token.value) : Option.none<ConsoleSession>()
   if (Option.isNone(session)) {
     return yield* refuse(401, Option.isSome(token) ? "session-expired" : "session-missing", "Sign in to use the console")

@@ -1,5 +1,6 @@
 import { FileSystem, HttpApiBuilder, type HttpRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { type QueueViews, type WorkerRegistry } from "@delivery/core"
+import { type PeerLimit } from "@delivery/identity"
 import { Effect, Schema } from "effect"
 import { createRequire } from "node:module"
 import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
@@ -14,7 +15,7 @@ import { makeSignIn } from "./SignIn.ts"
 
 const require = createRequire(import.meta.url)
 
-type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry
+type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry | PeerLimit
 
 /** The console's static files, read once at start-up: htmx from its npm package, the stylesheet from this package. */
 const assets = Effect.gen(function* () {

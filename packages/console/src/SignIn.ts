@@ -1,7 +1,7 @@
 import { HttpServerRequest } from "@effect/platform"
-import { OperatorCredential, PeerLimit, PeerLimitConfig } from "@delivery/identity"
+import { OperatorCredential, PeerLimitConfig } from "@delivery/identity"
 import { Effect, Option, Redacted, Schema } from "effect"
-import { answer, htmlResponse, redirect, refuse } from "./ConsoleHttp.ts"
+import { admitPeer, answer, htmlResponse, redirect, refuse } from "./ConsoleHttp.ts"
 import { isCrossSite, isTls, SESSION_COOKIE, withoutSessionCookie, withSessionCookie } from "./ConsoleSecurity.ts"
 import { ConsoleSessions } from "./ConsoleSessions.ts"
 import { html } from "./Html.ts"
@@ -27,7 +27,6 @@ const SignInForm = Schema.Struct({ token: Schema.String.pipe(Schema.maxLength(51
 export const makeSignIn = Effect.gen(function* () {
   const sessions = yield* ConsoleSessions
   const credential = yield* OperatorCredential
-  const peers = yield* PeerLimit
   const { trustedProxyHops } = yield* PeerLimitConfig
 
   const show = Effect.succeed(htmlResponse(signInPage))
@@ -39,7 +38,7 @@ export const makeSignIn = Effect.gen(function* () {
   const submit = answer(Effect.gen(function* () {
     const request = yield* HttpServerRequest.HttpServerRequest
     if (isCrossSite(request)) return yield* refuse(403, "cross-site-request", "Refused: the request did not come from a console page")
-    yield* peers.admit(request).pipe(Effect.catchTag("IdentityRateLimited", () => refuse(429, "rate-limited", "Too many sign-in attempts; try again later")))
+    yield* admitPeer
     const form = yield* request.urlParamsBody.pipe(
       Effect.flatMap((params) => Schema.decodeUnknown(SignInForm)(Object.fromEntries(params))),
       Effect.option
