@@ -96,6 +96,38 @@ describe("the source request budget (spec 001: \"source request budget 24/minute
     })))
 })
 
+describe("budget keys (a shared store holds other limiters' windows too, each under its own prefix)", () => {
+  it.effect("every budget's key is its own under `idle-wake:`: per source, per stack, and one aggregate key for every wake", () => {
+    const keys: Array<string> = []
+    const recording = Layer.effect(
+      RateLimiter.RateLimiterStore,
+      Effect.map(RateLimiter.RateLimiterStore, (memory) => ({
+        ...memory,
+        fixedWindow: (options: Parameters<typeof memory.fixedWindow>[0]) => {
+          keys.push(options.key)
+          return memory.fixedWindow(options)
+        }
+      }))
+    ).pipe(Layer.provide(RateLimiter.layerStoreMemory))
+    return Effect.gen(function* () {
+      const admission = yield* Admission
+      yield* admission.requestBudget("v4:198.51.100.1")
+      yield* admission.wakeBudget("stack-a", "v4:198.51.100.1")
+      yield* admission.wakeBudget("stack-b", "v4:198.51.100.2")
+      expect(keys).toHaveLength(7)
+      for (const key of keys) expect(key.startsWith("idle-wake:"), key).toBe(true)
+      const [requests, sourceWakesA, stackWakesA, wakesA, sourceWakesB, stackWakesB, wakesB] = keys
+      expect(new Set([requests, sourceWakesA, stackWakesA, wakesA]).size).toBe(4)
+      expect(requests).toContain("v4:198.51.100.1")
+      expect(sourceWakesA).toContain("v4:198.51.100.1")
+      expect(stackWakesA).toContain("stack-a")
+      expect(sourceWakesB).not.toBe(sourceWakesA)
+      expect(stackWakesB).not.toBe(stackWakesA)
+      expect(wakesB).toBe(wakesA)
+    }).pipe(Effect.provide(Admission.Default.pipe(Layer.provide(RateLimiter.layer), Layer.provide(recording), Layer.provide(SettingsLive))))
+  })
+})
+
 describe("waiting slots (spec 001: \"64 waiting requests, 8 per stack, 4 per source\")", () => {
   it.effect("the 5th waiting request of one source is refused `source-waiting-full`, Retry-After 5", () =>
     fresh(Effect.gen(function* () {

@@ -178,6 +178,14 @@ describe("hostOf: the host registry is keyed by a plain DNS name", () => {
     expect(host("localhost")).toBe("localhost")
   })
 
+  it("a one-character name or label is a DNS name too", () => {
+    expect(host("a")).toBe("a")
+    expect(host("7:8080")).toBe("7")
+    expect(host("X.example")).toBe("x.example")
+    expect(host("tenant.a")).toBe("tenant.a")
+    for (const value of [".", "-", "_"]) expect(host(value), value).toBeUndefined()
+  })
+
   it("refuses an IPv6 literal, an empty or missing Host, an underscore, a leading or trailing dot or hyphen, over 253 characters", () => {
     for (const value of ["[::1]", "[::1]:8080", "[2001:db8::1]:443", "::1", "", ":8080", "tenant_1.example", "under_score", ".example", "example.", "-x.example", "x-", "a b", "user@tenant.example", "tenant.example/x", "é.example"]) {
       expect(host(value), JSON.stringify(value)).toBeUndefined()
