@@ -47,6 +47,26 @@ export const ListedRow = Schema.Struct({
 })
 export type ListedRow = typeof ListedRow.Type
 
+/** A row as the console reads it, with its keyset position (created_at to the microsecond, UTC). */
+export const ItemRow = Schema.Struct({
+  id: Schema.String,
+  tenant_id: Schema.String,
+  state: ResetMailState,
+  attempt: Schema.Number,
+  reason: Schema.NullOr(Schema.String),
+  last_error: Schema.NullOr(Schema.String),
+  provider_status: Schema.NullOr(Schema.Number),
+  next_attempt_at: Schema.DateFromSelf,
+  claimed_at: Schema.NullOr(Schema.DateFromSelf),
+  created_at: Schema.DateFromSelf,
+  updated_at: Schema.DateFromSelf,
+  position: Schema.String
+})
+export type ItemRow = typeof ItemRow.Type
+
+const itemColumns = `id::text AS id, tenant_id, state, attempt, reason, last_error, provider_status, next_attempt_at,
+  claimed_at, created_at, updated_at, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS position`
+
 export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/reset-mail/ResetMailRepo", {
   effect: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
@@ -148,6 +168,32 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
         ORDER BY id LIMIT ${r.limit}`.withoutTransform
     })
 
+    // The console's list: one tenant, optionally one state, oldest first, by keyset on (created_at, id)
+    // (reset_mail_outbox_tenant): never the verification id or the fingerprint.
+    const listTenant = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenant: Schema.String,
+        state: Schema.NullOr(ResetMailState),
+        after: Schema.NullOr(Schema.Struct({ at: Schema.String, id: Schema.String })),
+        limit: Schema.Number
+      }),
+      Result: ItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(itemColumns)} FROM reset_mail_outbox
+        WHERE tenant_id = ${r.tenant}
+          ${r.state === null ? sql`` : sql`AND state = ${r.state}`}
+          ${r.after === null ? sql`` : sql`AND (created_at, id) > (${r.after.at}::timestamptz, ${r.after.id}::uuid)`}
+        ORDER BY created_at, id LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const findItem = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, id: Schema.String }),
+      Result: ItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(itemColumns)} FROM reset_mail_outbox
+        WHERE tenant_id = ${r.tenant} AND id = ${r.id}::uuid`.withoutTransform
+    })
+
     // Spec 001: a stack does not sleep while reset mail is owed. Pending rows (due or waiting for a retry) are still
     // to be sent; a sending row is a claim the stale-claim rule has yet to settle. Both have their own partial index
     // (the OR lets PostgreSQL combine the two); delivered, rejected, quarantined and stopped rows have ended.
@@ -185,6 +231,8 @@ export class ResetMailRepo extends Effect.Service<ResetMailRepo>()("@delivery/re
       retry: (claim: ClaimedRow, r: Parameters<typeof retry>[1]) => Effect.asVoid(retry(claim, r)).pipe(storage("retry")),
       summary: summary(undefined).pipe(storage("summary")),
       list: (r: Parameters<typeof list>[0]) => list(r).pipe(storage("list")),
+      listTenant: (r: Parameters<typeof listTenant>[0]) => listTenant(r).pipe(storage("listTenant")),
+      findItem: (tenant: string, id: string) => findItem({ tenant, id }).pipe(storage("findItem")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
       /** Wraps a transaction so that BEGIN/COMMIT failures are storage outcomes too. */

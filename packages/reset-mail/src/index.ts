@@ -11,7 +11,8 @@ export {
   ResetRequestConfig,
   type WorkerSettings
 } from "./ResetMailConfig.ts"
-export { type ClaimedRow, ResetMailRepo, ResetMailStorageUnavailable } from "./ResetMailRepo.ts"
+export { type ClaimedRow, ResetMailRepo, ResetMailState, ResetMailStorageUnavailable } from "./ResetMailRepo.ts"
+export { RESET_MAIL_PAGE_LIMIT, ResetMailCursorInvalid, ResetMailItem, ResetMailPage } from "./ResetMailItems.ts"
 export { ResetRequests } from "./ResetRequests.ts"
 export {
   type AttemptOutcome,
