@@ -70,7 +70,7 @@ layer(SuiteLayer, { excludeTestServices: true, timeout: 120_000 })("the operator
         expect(yield* shownCount(tab.page, "outbox", state), state).toBe(counts.find((row) => row.state === state)?.n ?? 0)
       }
       // The cookie is HttpOnly: the page's own scripts cannot read it.
-      expect(yield* inPage(() => tab.page.evaluate(() => document.cookie))).toBe("")
+      expect(yield* inPage(() => tab.page.evaluate("document.cookie"))).toBe("")
 
       // New work shows up on its own: htmx replaces the section, the page is not navigated again.
       const navigations = tab.navigations()
@@ -105,7 +105,7 @@ layer(SuiteLayer, { excludeTestServices: true, timeout: 120_000 })("the operator
       yield* inPage(() => tab.page.goto(`${tab.page.url()}&limit=2`))
       const seen: Array<string> = []
       for (let pages = 0; pages < 10; pages++) {
-        const ids = yield* inPage(() => tab.page.locator("#list tr[data-id]").evaluateAll((rows) => rows.map((row) => row.getAttribute("data-id")!)))
+        const ids = yield* inPage(() => tab.page.locator("#list tr[data-id]").evaluateAll((rows: Array<{ getAttribute(name: string): string | null }>) => rows.map((row) => row.getAttribute("data-id")!)))
         expect(ids.length).toBeLessThanOrEqual(2)
         seen.push(...ids)
         const next = tab.page.locator("#list a[rel=next]")
@@ -167,7 +167,7 @@ layer(SuiteLayer, { excludeTestServices: true, timeout: 120_000 })("the operator
       yield* signIn(baseUrl, tab)
       const status = yield* inPage(async () => {
         await tab.page.goto(`${baseUrl}/console/outbox/${TENANT}/web/${id}/redrive`)
-        await tab.page.evaluate(() => document.querySelector("form[action$=\"/redrive\"] input[name=csrf]")!.remove())
+        await tab.page.locator("form[action$='/redrive'] input[name=csrf]").evaluate((input: { remove(): void }) => input.remove())
         const [response] = await Promise.all([
           tab.page.waitForResponse((r) => r.request().method() === "POST"),
           tab.page.click("button.danger")
