@@ -19,6 +19,9 @@ import { HealthHttpLive } from "./HealthHttp.ts"
 import { DocsLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { CloudQueueViewsLive } from "./QueueViewsLive.ts"
+import { MetricsHttpLive } from "./MetricsHttp.ts"
+import { routeLabels } from "./RouteLabels.ts"
+import { telemetryLayer } from "./Telemetry.ts"
 import { Readiness } from "./Readiness.ts"
 import { withEdgeErrors } from "./EdgeErrors.ts"
 import { requestInvalid, withoutDecodeError } from "./RequestInvalid.ts"
@@ -48,7 +51,8 @@ const CloudHttpLive = Layer.scopedDiscard(
       hostname: config.host,
       port: config.port,
       maxRequestBodySize: config.maxRequestBodyBytes,
-      drainMs: config.shutdownDrainMs
+      drainMs: config.shutdownDrainMs,
+      routes: routeLabels(CloudApi)
     })
     const proxy = yield* serveProxy({ drainMs: config.shutdownDrainMs })
     yield* Effect.logInfo(`listening on ${url} (role cloud); wake proxy listening on ${proxy.url}`)
@@ -56,6 +60,7 @@ const CloudHttpLive = Layer.scopedDiscard(
 ).pipe(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
   Layer.provide(DocsLive),
+  Layer.provide(MetricsHttpLive),
   Layer.provide(HttpApiBuilder.middleware(CloudApi, requestInvalid(CloudApi))),
   Layer.provide(CloudApiLive),
   Layer.provide(BunHttpServer.layerContext)
@@ -74,5 +79,6 @@ export const makeCloudApp = (config: AppConfigShape, cloud: CloudSettings) =>
     )),
     Layer.provide(BunContext.layer),
     Layer.provide(Layer.succeed(AppConfig, config)),
+    Layer.provide(telemetryLayer(config.observability, "cloud")),
     Layer.provide(Logger.minimumLogLevel(config.logLevel))
   )

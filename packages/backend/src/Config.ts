@@ -16,6 +16,7 @@ import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@d
 import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
 import { CLOUD_CONFIG, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
 import { familyDefault, loadCloudSettings } from "./RoleConfig.ts"
+import { describeObservability, OBSERVABILITY_CONFIG, ObservabilityConfig } from "./ObservabilityConfig.ts"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
@@ -49,6 +50,7 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready (1-60000)", secret: false },
   { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory; set but empty is refused); used only when DATABASE_URL is unset", secret: false },
   { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false },
+  ...OBSERVABILITY_CONFIG,
   // The packages' own variables, validated up front with the backend's (see `appConfig`).
   ...IDENTITY_CONFIG,
   ...OPERATOR_CONFIG,
@@ -130,6 +132,9 @@ const baseConfig = Config.all({
   readyCheckTimeoutMs: integerBetween("READY_CHECK_TIMEOUT_MS", 1, 60_000, 2_000),
   embeddedDataDir: nonEmptyPath("EMBEDDED_DATA_DIR").pipe(Config.withDefault(defaultEmbeddedDataDir)),
   logLevel: Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info)),
+  // LOG_FORMAT, METRICS_TOKEN and the trace export: read again by main.ts before the runtime starts (the format),
+  // used by the runtime's telemetry layer (the rest).
+  observability: ObservabilityConfig,
   // Read again by the packages' layers from the same environment; checked here so that every bad variable is in
   // the one start-up message. Only whether OPERATOR_TOKEN is set is kept, not the token.
   identity: PeerLimitConfig,
@@ -282,6 +287,7 @@ export const describeConfig = (config: AppConfigShape) => ({
   maxRequestBodyBytes: config.maxRequestBodyBytes,
   readyCheckTimeoutMs: config.readyCheckTimeoutMs,
   logLevel: config.logLevel.label,
+  ...describeObservability(config.observability),
   operatorRoutes: config.operatorRoutes,
   signerKeys: config.signer.keySource.source,
   passwordResetDelivery: config.passwordReset.mode,

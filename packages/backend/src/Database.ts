@@ -1,13 +1,77 @@
-import { SqlClient } from "@effect/sql"
+import { Reactivity } from "@effect/experimental"
+import { SqlClient, SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { runMigrations } from "@delivery/core"
-import { Data, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect"
+import * as Pg from "pg"
 import { AppConfig } from "./Config.ts"
 import { startEmbeddedPostgres } from "./EmbeddedPostgres.ts"
 
+/** The pool's connections now, for GET /metrics: open (in use or idle), idle, and queries waiting for one. */
+export interface PoolUsage {
+  readonly total: number
+  readonly idle: number
+  readonly waiting: number
+  readonly max: number
+}
+
+export class DatabasePool extends Context.Tag("@delivery/backend/DatabasePool")<DatabasePool, {
+  readonly usage: () => PoolUsage
+}>() {}
+
+interface PoolOptions {
+  readonly url: Redacted.Redacted
+  readonly maxConnections: number
+  readonly applicationName: string
+}
+
+const connectTimeout = Duration.seconds(5)
+
+/**
+ * The pg pool, made here rather than inside PgClient (`PgClient.fromPool`) so that its counters can be read: PgClient
+ * keeps its own pool to itself. The same lifecycle as `PgClient.layer`: a first `SELECT 1` within 5 s, `end()`
+ * bounded by 1 s at release, connection errors left to the queries that meet them.
+ */
+const acquirePool = (options: PoolOptions) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const pool = new Pg.Pool({
+        connectionString: Redacted.value(options.url),
+        max: options.maxConnections,
+        application_name: options.applicationName
+      })
+      pool.on("error", () => {})
+      return pool
+    }),
+    (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
+  ).pipe(
+    Effect.tap((pool) =>
+      Effect.tryPromise({
+        try: () => pool.query("SELECT 1"),
+        catch: (cause) => new SqlError.SqlError({ cause, message: "PgClient: Failed to connect" })
+      }).pipe(
+        Effect.timeoutFail({
+          duration: connectTimeout,
+          onTimeout: () => new SqlError.SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+        })
+      )
+    )
+  )
+
 // The log layer is built before the pool, so its finalizer runs right after the pool's.
-const pool = (config: PgClient.PgClientConfig) =>
-  PgClient.layer(config).pipe(
+const pool = (options: PoolOptions) =>
+  Layer.scopedContext(
+    Effect.gen(function* () {
+      const pg = yield* acquirePool(options)
+      const client = yield* PgClient.fromPool({ acquire: Effect.succeed(pg), applicationName: options.applicationName })
+      const usage = (): PoolUsage => ({ total: pg.totalCount, idle: pg.idleCount, waiting: pg.waitingCount, max: options.maxConnections })
+      return Context.make(PgClient.PgClient, client).pipe(
+        Context.add(SqlClient.SqlClient, client),
+        Context.add(DatabasePool, { usage })
+      )
+    })
+  ).pipe(
+    Layer.provide(Reactivity.layer),
     Layer.provideMerge(Layer.scopedDiscard(Effect.addFinalizer(() => Effect.logInfo("shutdown: database pool disposed"))))
   )
 

@@ -1,9 +1,12 @@
-import { HttpApp, HttpServerError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { HttpApp, HttpMiddleware, HttpServerError, HttpServerRequest, HttpServerResponse, HttpTraceContext } from "@effect/platform"
 import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId, makeInFlight } from "@delivery/core"
-import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope } from "effect"
+import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope, type Tracer } from "effect"
 import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
 import { BoundedJsonRequest, declaredLength, limitUndeclaredBody, MAX_TARGET_LENGTH, pathOf, targetProblem } from "./EdgeRequest.ts"
+import { observeRequest } from "./HttpMetrics.ts"
 import { PathInvalid, UriTooLong } from "./Refusals.ts"
+import { methodLabel, type RouteLabels, UNMATCHED } from "./RouteLabels.ts"
+import { constTrue } from "effect/Function"
 
 export interface ServeOptions {
   readonly hostname: string
@@ -12,6 +15,8 @@ export interface ServeOptions {
   readonly maxRequestBodySize: number
   /** How long shutdown waits for in-flight requests before interrupting them. */
   readonly drainMs: number
+  /** Route templates for metrics and span names; without them every request is `unmatched`. */
+  readonly routes?: RouteLabels
 }
 
 export interface DrainStatus {
@@ -46,6 +51,11 @@ interface Exchange {
   readonly id: CorrelationId
   readonly method: string
   readonly url: string
+  /** Labels: the method from a closed set, the route template or `unmatched`. */
+  readonly methodLabel: string
+  readonly route: string
+  /** `performance.now()` when Bun handed the request over. */
+  readonly startedAt: number
   readonly resolve: (response: Response) => void
   answered: boolean
   /** The client went away: nobody reads the answer. */
@@ -61,7 +71,8 @@ interface Exchange {
  * anything else runs (handlers read it with `requestCorrelationId`, every log line of the request carries
  * it, every answer has it as `x-correlation-id`); the request target, the body size and JSON bodies are
  * bounded before any route runs; failures the API does not answer itself get the documented JSON refusals
- * (docs/http.md); every 5xx logs one error line.
+ * (docs/http.md); every 5xx logs one error line; every answer is counted and timed by method, route template and
+ * status, and the request's server span (named by its route template) has only bounded attributes.
  *
  * Bun.serve's own `maxRequestBodySize` is unbounded on purpose: Bun answers a declared length over it with a
  * bare 413, so the edge checks MAX_REQUEST_BODY_BYTES itself (declared lengths before reading, chunked bodies
@@ -114,6 +125,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
         log(LogLevel.Error, "request failed", exchange, { status: response.status, kind: exchange.kind ?? "response" })
       }
       if (debug) log(LogLevel.Debug, "request answered", exchange, { status: response.status, draining })
+      observeRequest(exchange.methodLabel, exchange.route, response.status, (performance.now() - exchange.startedAt) / 1000)
       exchange.resolve(response)
       inFlight.leave()
     }
@@ -131,7 +143,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       }))
 
     const handled = HttpApp.toHandled(guarded, (request, response) =>
-      Effect.sync(() => {
+      Effect.suspend(() => {
         const exchange = exchanges.get(request)!
         const final = exchange.bodyTooLarge ? bodyTooLargeResponse(exchange.id, options.maxRequestBodySize) : response
         if (final.status >= 500 && exchange.kind === undefined) exchange.kind = tagOfBody(final)
@@ -139,7 +151,32 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
           exchange,
           HttpServerResponse.toWeb(HttpApp.unsafeEjectStreamScope(final), { withoutBody: request.method === "HEAD", runtime })
         )
+        return Effect.annotateCurrentSpan("http.response.status_code", final.status)
       }))
+
+    // The request's server span, in place of the platform's: that one records the URL (tenant names, query values)
+    // and every request header (a GitHub signature among them). This one has the route template and the method;
+    // the correlation id reaches it, and every span under it, from the fiber's refs.
+    const traced = (exchange: Exchange, request: HttpServerRequest.HttpServerRequest): typeof handled => {
+      const parent = HttpTraceContext.fromHeaders(request.headers)
+      const span: Tracer.SpanOptions = {
+        kind: "server",
+        captureStackTrace: false,
+        attributes: { "http.request.method": exchange.methodLabel, "http.route": exchange.route },
+        ...(Option.isSome(parent) ? { parent: parent.value } : { root: true })
+      }
+      return handled.pipe(Effect.withSpan(`${exchange.methodLabel} ${exchange.route}`, span))
+    }
+
+    const requestRefs = (id: CorrelationId) => {
+      const correlation = correlationRefs(id)
+      return (refs: FiberRefs.FiberRefs, fiberId: Parameters<typeof correlation>[1]) =>
+        FiberRefs.updateAs(correlation(refs, fiberId), {
+          fiberId,
+          fiberRef: HttpMiddleware.currentTracerDisabledWhen,
+          value: constTrue
+        })
+    }
 
     const handle = (exchange: Exchange, request: Request, remoteAddress: string | undefined) => {
       const source = limitUndeclaredBody(request, options.maxRequestBodySize, () => {
@@ -151,8 +188,8 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
         exchange.id
       )
       exchanges.set(serverRequest, exchange)
-      const fiber = runFork(Effect.provideService(handled, HttpServerRequest.HttpServerRequest, serverRequest), {
-        updateRefs: correlationRefs(exchange.id)
+      const fiber = runFork(Effect.provideService(traced(exchange, serverRequest), HttpServerRequest.HttpServerRequest, serverRequest), {
+        updateRefs: requestRefs(exchange.id)
       })
       // A fiber interrupted before it answered (drain bound reached, client gone) still settles its request.
       fiber.addObserver(() => {
@@ -180,10 +217,14 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
             fetch(request, server) {
               return new Promise<Response>((resolve) => {
                 inFlight.enter()
+                const method = methodLabel(request.method)
                 const exchange: Exchange = {
                   id: makeCorrelationId(),
                   method: request.method,
                   url: request.url,
+                  methodLabel: method,
+                  route: options.routes?.of(method, request.url) ?? UNMATCHED,
+                  startedAt: performance.now(),
                   resolve,
                   answered: false,
                   aborted: false,

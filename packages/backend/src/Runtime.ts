@@ -24,6 +24,10 @@ import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
 import { ApiLive, ConsoleLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
+import { MetricsHttpLive } from "./MetricsHttp.ts"
+import { routeLabels } from "./RouteLabels.ts"
+import { Api } from "./Api.ts"
+import { telemetryLayer } from "./Telemetry.ts"
 import { Readiness } from "./Readiness.ts"
 import { WorkerRegistry } from "@delivery/core"
 import { QueueViewsLive } from "./QueueViewsLive.ts"
@@ -129,13 +133,15 @@ const HttpLive = Layer.scopedDiscard(
       hostname: config.host,
       port: config.port,
       maxRequestBodySize: config.maxRequestBodyBytes,
-      drainMs: config.shutdownDrainMs
+      drainMs: config.shutdownDrainMs,
+      routes: routeLabels(Api)
     })
     yield* Effect.logInfo(`listening on ${url} (role ${config.role})`)
   })
 ).pipe(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
   Layer.provide(DocsLive),
+  Layer.provide(MetricsHttpLive),
   Layer.provide(ConsoleLive),
   Layer.provide(EdgeMiddlewareLive),
   Layer.provide(ApiLive),
@@ -188,6 +194,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
         )),
         Layer.provide(BunContext.layer),
         Layer.provide(Layer.succeed(AppConfig, config)),
+        Layer.provide(telemetryLayer(config.observability, config.role)),
         Layer.provide(Logger.minimumLogLevel(config.logLevel))
       )))
   )
