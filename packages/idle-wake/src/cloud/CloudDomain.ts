@@ -90,6 +90,11 @@ export class CloudUnavailable extends Schema.TaggedError<CloudUnavailable>()("Cl
   correlationId: CorrelationId
 }) {}
 
+/** A page position the cloud never handed out (the console's keyset lists). */
+export class CloudCursorInvalid extends Schema.TaggedError<CloudCursorInvalid>()("CloudCursorInvalid", {
+  reason: Schema.Literal("cursor-invalid")
+}) {}
+
 /** Database failures inside the cloud side; mapped to `CloudUnavailable` or the proxy's 503 at the edge. */
 export class CloudStorageUnavailable extends Schema.TaggedError<CloudStorageUnavailable>()("CloudStorageUnavailable", {
   operation: Schema.String,

@@ -41,6 +41,40 @@ export const viewOf = (row: StackRow): StackView => ({
   stateChangedAt: row.state_changed_at.toISOString()
 })
 
+/** What the console shows of a stack beyond its view: fences, leases, hosts and the newest audit rows. */
+export interface StackDetailView extends StackView {
+  readonly opAttempt: number
+  readonly opLeaseExpiresAt: string | null
+  readonly wakeAttempt: number
+  readonly wakeLeaseExpiresAt: string | null
+  readonly createdAt: string
+  readonly hosts: ReadonlyArray<string>
+  readonly audit: ReadonlyArray<StackAuditView>
+}
+
+export interface StackAuditView {
+  readonly action: string
+  /** Codes, attempts, hosts and the actor of an operator change; never a key or a fingerprint. */
+  readonly detail: Readonly<Record<string, unknown>>
+  readonly correlationId: string | null
+  readonly at: string
+}
+
+export interface StackPage {
+  readonly items: ReadonlyArray<StackView>
+  /** The last stack id of this page when there is another one. */
+  readonly nextCursor: string | null
+}
+
+const isoOrNull = (date: Date | null) => (date === null ? null : date.toISOString())
+
+const auditView = (entry: { readonly action: string; readonly detail: unknown; readonly correlation_id: string | null; readonly at: Date }): StackAuditView => ({
+  action: entry.action,
+  detail: typeof entry.detail === "object" && entry.detail !== null && !Array.isArray(entry.detail) ? entry.detail as Record<string, unknown> : {},
+  correlationId: entry.correlation_id,
+  at: entry.at.toISOString()
+})
+
 export interface NewStackInput {
   readonly stack: StackId
   readonly audience: string
@@ -49,6 +83,9 @@ export interface NewStackInput {
 }
 
 const MAX_LIST = 1000
+/** The largest page of the console's list, and how many audit rows its detail reads. */
+const PAGE_LIMIT = 100
+const DETAIL_AUDIT = 100
 
 export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-wake/CloudStacks", {
   effect: Effect.gen(function* () {
@@ -125,6 +162,40 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
       return { stacks: rows.map(viewOf), counts }
     })
 
+    /** One page of stacks by id, optionally in one state; sizes are clamped to 1..100. */
+    const page = Effect.fn("CloudStacks.page")(function* (options: {
+      readonly state?: StackState | undefined
+      readonly after?: StackId | undefined
+      readonly limit?: number | undefined
+    }) {
+      const size = Math.min(Math.max(Math.floor(options.limit ?? PAGE_LIMIT), 1), PAGE_LIMIT)
+      const rows = yield* repo.page({ state: options.state ?? null, after: options.after ?? null, limit: size + 1 })
+      const items = rows.slice(0, size)
+      return {
+        items: items.map(viewOf),
+        nextCursor: rows.length > size ? items[items.length - 1]!.id : null
+      } satisfies StackPage
+    })
+
+    /** A stack with its fences, hosts and newest audit rows, or none; counts of its receipt, never its contents. */
+    const detail = Effect.fn("CloudStacks.detail")(function* (stack: StackId) {
+      const found = yield* repo.get(stack)
+      if (Option.isNone(found)) return Option.none<StackDetailView>()
+      const row = found.value
+      const hosts = yield* repo.routes({ stack })
+      const audit = yield* repo.audit(stack, DETAIL_AUDIT)
+      return Option.some<StackDetailView>({
+        ...viewOf(row),
+        opAttempt: row.op_attempt,
+        opLeaseExpiresAt: isoOrNull(row.op_lease_expires_at),
+        wakeAttempt: row.wake_attempt,
+        wakeLeaseExpiresAt: isoOrNull(row.wake_lease_expires_at),
+        createdAt: row.created_at.toISOString(),
+        hosts: hosts.map((route) => route.host).sort(),
+        audit: audit.map(auditView)
+      })
+    })
+
     const get = Effect.fn("CloudStacks.get")(function* (stack: string, correlationId: string) {
       const row = yield* existing(stack, correlationId)
       const hosts = yield* repo.routes({ stack })
@@ -136,14 +207,16 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
       }
     })
 
-    const sleep = Effect.fn("CloudStacks.sleep")(function* (stack: StackId, correlationId: string) {
+    // The operator changes take an optional actor: the audit row names it (the console's sessions), and a change
+    // through the operator API names none.
+    const sleep = Effect.fn("CloudStacks.sleep")(function* (stack: StackId, correlationId: string, actor?: string) {
       yield* existing(stack, correlationId)
-      return yield* sleeper.sleep(stack, correlationId)
+      return yield* sleeper.sleep(stack, correlationId, actor)
     })
 
-    const recover = Effect.fn("CloudStacks.recover")(function* (stack: StackId, correlationId: string) {
+    const recover = Effect.fn("CloudStacks.recover")(function* (stack: StackId, correlationId: string, actor?: string) {
       yield* existing(stack, correlationId)
-      return yield* Effect.flatMap(sleeper.recover(stack, correlationId), settled(stack, correlationId))
+      return yield* Effect.flatMap(sleeper.recover(stack, correlationId, actor), settled(stack, correlationId))
     })
 
     /** An operator's wake of an asleep stack (no key): the same coalesced, fenced wake as a request's. */
@@ -159,15 +232,15 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
     })
 
     /** Manual suspension: no wake, the receipt cleared, then compute stopped. */
-    const suspend = Effect.fn("CloudStacks.suspend")(function* (stack: StackId, correlationId: string) {
+    const suspend = Effect.fn("CloudStacks.suspend")(function* (stack: StackId, correlationId: string, actor?: string) {
       yield* existing(stack, correlationId)
-      const view = yield* Effect.flatMap(repo.suspend(stack, correlationId), settled(stack, correlationId))
+      const view = yield* Effect.flatMap(repo.suspend(stack, correlationId, actor), settled(stack, correlationId))
       const stop = yield* compute.stop(stack)
       return { ...view, stop: stop._tag }
     })
 
     /** An operator's resume: compute started and ready, then the stack is awake. */
-    const resume = Effect.fn("CloudStacks.resume")(function* (stack: StackId, correlationId: string) {
+    const resume = Effect.fn("CloudStacks.resume")(function* (stack: StackId, correlationId: string, actor?: string) {
       const row = yield* existing(stack, correlationId)
       if (row.state !== "suspended") return yield* stateConflict(row, correlationId)
       const target = yield* compute.prepare(stack)
@@ -175,23 +248,23 @@ export class CloudStacks extends Effect.Service<CloudStacks>()("@delivery/idle-w
         Effect.timeoutOption(admission.readinessWait)
       )
       if (Option.isNone(ready)) return yield* stateConflict(row, correlationId)
-      return yield* Effect.flatMap(repo.resume(stack, target.upstream, correlationId), settled(stack, correlationId))
+      return yield* Effect.flatMap(repo.resume(stack, target.upstream, correlationId, actor), settled(stack, correlationId))
     })
 
-    const setRecoveryHold = Effect.fn("CloudStacks.setRecoveryHold")(function* (stack: StackId, hold: boolean, correlationId: string) {
+    const setRecoveryHold = Effect.fn("CloudStacks.setRecoveryHold")(function* (stack: StackId, hold: boolean, correlationId: string, actor?: string) {
       yield* existing(stack, correlationId)
-      return yield* Effect.flatMap(repo.setRecoveryHold(stack, hold, correlationId), settled(stack, correlationId))
+      return yield* Effect.flatMap(repo.setRecoveryHold(stack, hold, correlationId, actor), settled(stack, correlationId))
     })
 
     /** Archive: the receipt cleared and the hosts removed in one transaction, then compute stopped. */
-    const archive = Effect.fn("CloudStacks.archive")(function* (stack: StackId, correlationId: string) {
+    const archive = Effect.fn("CloudStacks.archive")(function* (stack: StackId, correlationId: string, actor?: string) {
       yield* existing(stack, correlationId)
-      const view = yield* Effect.flatMap(repo.archive(stack, correlationId), settled(stack, correlationId))
+      const view = yield* Effect.flatMap(repo.archive(stack, correlationId, actor), settled(stack, correlationId))
       const stop = yield* compute.stop(stack)
       return { ...view, stop: stop._tag }
     })
 
-    return { register, addHost, removeHost, list, get, sleep, recover, wake, suspend, resume, setRecoveryHold, archive, admission: admission.counters, queueView } as const
+    return { register, addHost, removeHost, list, page, detail, get, sleep, recover, wake, suspend, resume, setRecoveryHold, archive, admission: admission.counters, queueView } as const
   })
 }) {}
 

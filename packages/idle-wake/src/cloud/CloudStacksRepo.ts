@@ -61,6 +61,12 @@ export interface NewStack {
   readonly upstream: string
 }
 
+/**
+ * Who asked for an operator change, in its audit row's detail: the console's sessions name themselves, and a change
+ * through the operator API (the bearer) or a worker has none.
+ */
+const by = (actor: string | undefined): Record<string, string> => (actor === undefined ? {} : { actor })
+
 /** Stacks whose row may not be changed by any route or operation any more. */
 const LIVE = "state <> 'archived'"
 
@@ -122,6 +128,20 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
         (rows) => rows as ReadonlyArray<StackRow>
       ).pipe(storage("listStacks"))
 
+    /** A page of stacks by id after `after`, optionally in one state (the console's list; the primary key is its index). */
+    const page = (options: { readonly state: StackState | null; readonly after: string | null; readonly limit: number }) =>
+      Effect.map(
+        Effect.flatMap(
+          sql`
+            SELECT ${columns} FROM idle_wake_cloud_stacks
+            WHERE ${options.state === null ? sql`true` : sql`state = ${options.state}`}
+              AND ${options.after === null ? sql`true` : sql`id > ${options.after}`}
+            ORDER BY id LIMIT ${options.limit}`.withoutTransform,
+          decodeStacks
+        ),
+        (rows) => rows as ReadonlyArray<StackRow>
+      ).pipe(storage("pageStacks"))
+
     const counts = Effect.map(
       sql<{ state: string; stacks: number; receipts: number }>`
         SELECT state, count(*)::int AS stacks, count(receipt)::int AS receipts
@@ -166,12 +186,12 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
     // --- The sleep operation (fenced by op_attempt) ---------------------------------------------------------------
 
     /** The sleep operation lock: an awake stack (or one whose earlier cycle's lease ended) moves to draining. */
-    const claimSleep = (stack: string, leaseMs: number, correlationId: string) =>
+    const claimSleep = (stack: string, leaseMs: number, correlationId: string, actor?: string) =>
       transition(
         stack,
         sql`state = 'draining', op_attempt = s.op_attempt + 1, op_lease_expires_at = now() + ${leaseMs} * interval '1 millisecond'`,
         sql`(s.state = 'awake' OR (s.state = 'draining' AND s.op_lease_expires_at < now()))`,
-        { action: "sleep-started", correlationId }
+        { action: "sleep-started", detail: by(actor), correlationId }
       ).pipe(storage("claimSleep"))
 
     /** The receipt, stored in its one column under the sleep operation lock before compute is stopped. */
@@ -213,14 +233,14 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
      * Recovery of an uncertain stop (or of a cycle whose owner died while stopping): the provider says whether the
      * compute runs. Stopped: asleep, the receipt kept. Running: awake, the receipt cleared (the tenant serves again).
      */
-    const recover = (stack: string, running: boolean, correlationId: string) =>
+    const recover = (stack: string, running: boolean, correlationId: string, actor?: string) =>
       transition(
         stack,
         running
           ? sql`state = 'awake', receipt = NULL, receipt_stored_at = NULL, op_lease_expires_at = NULL`
           : sql`state = 'asleep', op_lease_expires_at = NULL`,
         sql`(s.state = 'stop-uncertain' OR (s.state = 'stopping' AND s.op_lease_expires_at < now()))`,
-        { action: running ? "recovered-awake" : "recovered-asleep", correlationId }
+        { action: running ? "recovered-awake" : "recovered-asleep", detail: by(actor), correlationId }
       ).pipe(storage("recoverStack"))
 
     // --- Wakes (fenced by wake_attempt) ---------------------------------------------------------------------------
@@ -282,42 +302,42 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
     // --- Operator changes -----------------------------------------------------------------------------------------
 
     /** Manual suspension: no wake from now on, the receipt cleared; compute is stopped by the caller. */
-    const suspend = (stack: string, correlationId: string) =>
+    const suspend = (stack: string, correlationId: string, actor?: string) =>
       transition(
         stack,
         sql`state = 'suspended', receipt = NULL, receipt_stored_at = NULL, op_attempt = s.op_attempt + 1,
             op_lease_expires_at = NULL, wake_attempt = s.wake_attempt + 1, wake_lease_expires_at = NULL`,
         sql`s.state IN ('awake', 'asleep', 'stop-uncertain', 'draining', 'stopping', 'waking')`,
-        { action: "suspended", correlationId }
+        { action: "suspended", detail: by(actor), correlationId }
       ).pipe(storage("suspendStack"))
 
     /** An operator's resume: the compute was started by the caller and is ready. */
-    const resume = (stack: string, upstream: string, correlationId: string) =>
+    const resume = (stack: string, upstream: string, correlationId: string, actor?: string) =>
       transition(
         stack,
         sql`state = 'awake', upstream = ${upstream}`,
         sql`s.state = 'suspended'`,
-        { action: "resumed", correlationId }
+        { action: "resumed", detail: by(actor), correlationId }
       ).pipe(storage("resumeStack"))
 
-    const setRecoveryHold = (stack: string, hold: boolean, correlationId: string) =>
+    const setRecoveryHold = (stack: string, hold: boolean, correlationId: string, actor?: string) =>
       transition(
         stack,
         sql`recovery_hold = ${hold}`,
         sql`s.${sql.literal(LIVE)}`,
-        { action: hold ? "recovery-hold-set" : "recovery-hold-released", correlationId },
+        { action: hold ? "recovery-hold-set" : "recovery-hold-released", detail: by(actor), correlationId },
         false
       ).pipe(storage("setRecoveryHold"))
 
     /** Archive: the receipt cleared, the hosts removed, every lease fenced off; compute is stopped by the caller. */
-    const archive = (stack: string, correlationId: string) =>
+    const archive = (stack: string, correlationId: string, actor?: string) =>
       sql.withTransaction(Effect.gen(function* () {
         const moved = yield* transition(
           stack,
           sql`state = 'archived', receipt = NULL, receipt_stored_at = NULL, op_attempt = s.op_attempt + 1,
               op_lease_expires_at = NULL, wake_attempt = s.wake_attempt + 1, wake_lease_expires_at = NULL`,
           sql`s.${sql.literal(LIVE)}`,
-          { action: "archived", correlationId }
+          { action: "archived", detail: by(actor), correlationId }
         )
         if (Option.isSome(moved)) yield* sql`DELETE FROM idle_wake_cloud_hosts WHERE stack_id = ${stack}`
         return moved
@@ -356,6 +376,7 @@ export class CloudStacksRepo extends Effect.Service<CloudStacksRepo>()("@deliver
       register,
       get,
       list,
+      page,
       counts,
       routes,
       addHost,

@@ -5,9 +5,10 @@ import { CONNECTOR_EVENT_TYPE, ConnectorEventReceipt } from "../ConnectorEventPr
 import type { StackId } from "../Domain.ts"
 import { signObject } from "../Protocol.ts"
 import { CloudSettingsTag } from "./CloudConfig.ts"
+import { CloudCursorInvalid } from "./CloudDomain.ts"
 import { connectorEventsQueueView } from "./CloudQueueViews.ts"
 import { CloudStacksRepo, type StackRow } from "./CloudStacksRepo.ts"
-import { ConnectorEventsRepo, type EventRow, type NewEvent } from "./ConnectorEventsRepo.ts"
+import { ConnectorEventsRepo, type EventRow, type EventSummaryRow, type NewEvent } from "./ConnectorEventsRepo.ts"
 import { isForwardable } from "./Routing.ts"
 import { Wakes } from "./Wakes.ts"
 
@@ -29,6 +30,63 @@ const REFUSAL_WINDOW = Duration.millis(100)
 const decodeReceipt = Schema.decodeUnknownEither(ConnectorEventReceipt)
 
 export type Accepted = { readonly outcome: "queued" | "duplicate"; readonly eventId: string }
+
+export type ConnectorEventState = EventSummaryRow["state"]
+
+/** An event in the queue as operators see it: state, attempts, codes and times; never its payload or signature. */
+export interface ConnectorEventView {
+  readonly id: string
+  readonly stack: string
+  readonly connectorInstance: string
+  readonly endpoint: string
+  readonly deliveryId: string
+  readonly event: string
+  readonly state: ConnectorEventState
+  /** Claims so far (each takes a lease), and the failed deliveries among them (the backoff's exponent). */
+  readonly attempt: number
+  readonly failures: number
+  readonly lastCode: string | null
+  /** A pending event's next claim; settled events are never claimed again. */
+  readonly availableAt: Date
+  readonly leaseExpiresAt: Date | null
+  readonly receivedAt: Date
+  readonly settledAt: Date | null
+}
+
+export interface ConnectorEventPage {
+  readonly items: ReadonlyArray<ConnectorEventView>
+  readonly nextCursor: string | null
+}
+
+const viewOf = (row: EventSummaryRow): ConnectorEventView => ({
+  id: row.id,
+  stack: row.stack_id,
+  connectorInstance: row.connector_instance,
+  endpoint: row.endpoint_id,
+  deliveryId: row.delivery_id,
+  event: row.event,
+  state: row.state,
+  attempt: row.attempt,
+  failures: row.failures,
+  lastCode: row.last_code,
+  availableAt: row.available_at,
+  leaseExpiresAt: row.lease_expires_at,
+  receivedAt: row.received_at,
+  settledAt: row.settled_at
+})
+
+const PAGE_LIMIT = 100
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+// Cursor: base64url of "<received_at to the microsecond>|<id>", the last row's keyset position.
+const encodeCursor = (row: EventSummaryRow) => Buffer.from(`${row.position}|${row.id}`, "utf8").toString("base64url")
+const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
+const decodeCursor = (cursor: string) => {
+  const match = cursor.length <= 128 ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  return match === null || Number.isNaN(Date.parse(match[1]!))
+    ? Effect.fail(new CloudCursorInvalid({ reason: "cursor-invalid" }))
+    : Effect.succeed({ position: match[1]!, id: match[2]! })
+}
 
 type Outcome =
   | { readonly _tag: "Delivered"; readonly code: string }
@@ -176,7 +234,30 @@ export class ConnectorEvents extends Effect.Service<ConnectorEvents>()("@deliver
     )
 
     const summary = repo.summary
-    return { accept, tick, summary, queueView } as const
+
+    /** One page of a stack's events, optionally in one state, oldest first by keyset; sizes are clamped to 1..100. */
+    const events = Effect.fn("ConnectorEvents.events")(function* (stack: StackId, options: {
+      readonly state?: ConnectorEventState | undefined
+      readonly cursor?: string | undefined
+      readonly limit?: number | undefined
+    }) {
+      const size = Math.min(Math.max(Math.floor(options.limit ?? PAGE_LIMIT), 1), PAGE_LIMIT)
+      const after = options.cursor === undefined ? null : yield* decodeCursor(options.cursor)
+      const rows = yield* repo.page({ stack, state: options.state ?? null, after, limit: size + 1 })
+      const items = rows.slice(0, size)
+      return {
+        items: items.map(viewOf),
+        nextCursor: rows.length > size ? encodeCursor(items[items.length - 1]!) : null
+      } satisfies ConnectorEventPage
+    })
+
+    /** One event of the stack, or none (an id that is not a UUID names none). */
+    const event = Effect.fn("ConnectorEvents.event")(function* (stack: StackId, id: string) {
+      if (!UUID.test(id)) return Option.none<ConnectorEventView>()
+      return Option.map(yield* repo.one(stack, id), viewOf)
+    })
+
+    return { accept, tick, summary, events, event, queueView } as const
   }),
   dependencies: [ConnectorEventsRepo.Default, FetchHttpClient.layer]
 }) {}

@@ -23,6 +23,31 @@ export const EventRow = Schema.Struct({
 export type EventRow = typeof EventRow.Type
 const decodeEvents = Schema.decodeUnknown(Schema.Array(EventRow))
 
+/** An event as an operator may see it: its queue state and codes, never its payload or GitHub's signature. */
+export const EventSummaryRow = Schema.Struct({
+  id: Schema.String,
+  stack_id: Schema.String,
+  connector_instance: Schema.String,
+  endpoint_id: Schema.String,
+  delivery_id: Schema.String,
+  event: Schema.String,
+  state: Schema.Literal("pending", "delivered", "dead"),
+  attempt: Schema.Number,
+  failures: Schema.Number,
+  last_code: Schema.NullOr(Schema.String),
+  available_at: Schema.DateFromSelf,
+  lease_expires_at: Schema.NullOr(Schema.DateFromSelf),
+  received_at: Schema.DateFromSelf,
+  settled_at: Schema.NullOr(Schema.DateFromSelf),
+  /** `received_at` to the microsecond, as text: a keyset position a JavaScript Date would round. */
+  position: Schema.String
+})
+export type EventSummaryRow = typeof EventSummaryRow.Type
+
+const SUMMARY_COLUMNS = `id::text AS id, stack_id, connector_instance, endpoint_id, delivery_id, event, state, attempt, failures,
+  last_code, available_at, lease_expires_at, received_at, settled_at,
+  to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS position`
+
 export interface NewEvent {
   readonly stack: string
   readonly connectorInstance: string
@@ -102,6 +127,37 @@ export class ConnectorEventsRepo extends Effect.Service<ConnectorEventsRepo>()("
         (rows) => rows.length === 1
       ).pipe(storage("releaseConnectorEvent"))
 
+    const summaryColumns = sql.literal(SUMMARY_COLUMNS)
+
+    // The console's list: one stack's events, optionally in one state, oldest first by keyset on (received_at, id)
+    // (migration 0028 indexes it): an index walk inside the stack, whatever the other stacks hold.
+    const list = SqlSchema.findAll({
+      Request: Schema.Struct({
+        stack: Schema.String,
+        state: Schema.NullOr(Schema.String),
+        after: Schema.NullOr(Schema.Struct({ position: Schema.String, id: Schema.String })),
+        limit: Schema.Number
+      }),
+      Result: EventSummaryRow,
+      execute: (r) => sql`
+        SELECT ${summaryColumns} FROM idle_wake_cloud_connector_events
+        WHERE stack_id = ${r.stack}
+        ${r.state === null ? sql`` : sql`AND state = ${r.state}`}
+        ${r.after === null ? sql`` : sql`AND (received_at, id) > (${r.after.position}::timestamptz, ${r.after.id}::uuid)`}
+        ORDER BY received_at, id LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const find = SqlSchema.findOne({
+      Request: Schema.Struct({ stack: Schema.String, id: Schema.String }),
+      Result: EventSummaryRow,
+      execute: (r) => sql`
+        SELECT ${summaryColumns} FROM idle_wake_cloud_connector_events
+        WHERE stack_id = ${r.stack} AND id = ${r.id}::uuid`.withoutTransform
+    })
+
+    const page = (request: Parameters<typeof list>[0]) => list(request).pipe(storage("listConnectorEvents"))
+    const one = (stack: string, id: string) => find({ stack, id }).pipe(storage("findConnectorEvent"))
+
     /** Counts by state, and the age of the oldest pending event, for operators. */
     const summary = Effect.map(
       sql<{ state: string; events: number; oldest_seconds: number | null }>`
@@ -128,6 +184,6 @@ export class ConnectorEventsRepo extends Effect.Service<ConnectorEventsRepo>()("
     })
     const queueView = readQueueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("eventsQueueView"))
 
-    return { accept, claim, settle, release, summary, queueView } as const
+    return { accept, claim, settle, release, summary, page, one, queueView } as const
   })
 }) {}

@@ -51,8 +51,8 @@ export class SleepOperation extends Effect.Service<SleepOperation>()("@delivery/
     const routing = yield* Routing
     const holdSeconds = Math.max(1, Math.floor(Duration.toSeconds(settings.sleepHold)))
 
-    const sleep = Effect.fn("SleepOperation.sleep")(function* (stack: StackId, correlationId: string) {
-      const claimed = yield* repo.claimSleep(stack, Duration.toMillis(settings.sleepLease), correlationId)
+    const sleep = Effect.fn("SleepOperation.sleep")(function* (stack: StackId, correlationId: string, actor?: string) {
+      const claimed = yield* repo.claimSleep(stack, Duration.toMillis(settings.sleepLease), correlationId, actor)
       if (Option.isNone(claimed)) {
         const current = yield* repo.get(stack)
         return { outcome: "not-awake", state: Option.match(current, { onNone: () => "unknown", onSome: (row) => row.state }) } as SleepOutcome
@@ -118,10 +118,10 @@ export class SleepOperation extends Effect.Service<SleepOperation>()("@delivery/
      * Recovery of an uncertain stop, or of a cycle whose owner died while stopping (its lease ended): the provider
      * says whether compute runs. Stopped: asleep with the receipt kept. Running: awake, the receipt cleared.
      */
-    const recover = Effect.fn("SleepOperation.recover")(function* (stack: StackId, correlationId: string) {
+    const recover = Effect.fn("SleepOperation.recover")(function* (stack: StackId, correlationId: string, actor?: string) {
       const status = yield* compute.status(stack)
       if (status === "unknown") return Option.none<StackRow>()
-      const moved = yield* repo.recover(stack, status === "running", correlationId)
+      const moved = yield* repo.recover(stack, status === "running", correlationId, actor)
       yield* routing.changed(stack)
       return moved
     })
