@@ -90,7 +90,55 @@ export const ReceiptState = Schema.Struct({
   effects: Schema.Array(EffectView)
 }).annotations({ identifier: "ReceiptState" })
 
+/** Receipt effects per page and audit rows per receipt, at most. */
+export const EFFECT_PAGE_LIMIT = 100
+
+/**
+ * A receipt effect as an operator reads it: ids, kind, state, attempts, stable codes and times. Never the payer's
+ * contact, the receipt's reference or lines, a file's content or the notification body.
+ */
+export class ReceiptEffectItem extends Schema.Class<ReceiptEffectItem>("ReceiptEffectItem")({
+  id: Schema.String,
+  receiptId: Schema.String,
+  tenant: Schema.String,
+  seq: Schema.Number,
+  kind: EffectKind,
+  state: EffectState,
+  attempt: Schema.Number,
+  /** pending: when it may be claimed (once every earlier effect of its receipt is done). */
+  nextAttemptAt: Schema.DateFromSelf,
+  /** pending: the first earlier effect of its receipt that is not done yet, if any. */
+  waitingFor: Schema.NullOr(Schema.Number),
+  /** running: when the claim was taken (a claim older than the stale-claim age goes back to pending). */
+  claimedAt: Schema.NullOr(Schema.DateFromSelf),
+  lastError: Schema.NullOr(Schema.String),
+  /** notify: whether its first attempt has frozen the notification. */
+  frozen: Schema.Boolean,
+  completedAt: Schema.NullOr(Schema.DateFromSelf),
+  createdAt: Schema.DateFromSelf,
+  updatedAt: Schema.DateFromSelf
+}) {}
+
+/** One page of a tenant's receipt effects; `nextCursor` continues after its last effect, null on the last page. */
+export class ReceiptEffectPage extends Schema.Class<ReceiptEffectPage>("ReceiptEffectPage")({
+  items: Schema.Array(ReceiptEffectItem),
+  nextCursor: Schema.NullOr(Schema.String)
+}) {}
+
+/** A `receipt_audit` row: who recorded the receipt, under which request. */
+export class ReceiptAuditEntry extends Schema.Class<ReceiptAuditEntry>("ReceiptAuditEntry")({
+  action: Schema.String,
+  actor: Schema.String,
+  correlationId: Schema.String,
+  at: Schema.DateFromSelf
+}) {}
+
 // Refusals: a stable reason and the correlation id, nothing the client sent.
+
+/** A receipt effect list's cursor that this package did not write. */
+export class ReceiptEffectCursorInvalid extends Schema.TaggedError<ReceiptEffectCursorInvalid>()("ReceiptEffectCursorInvalid", {
+  reason: Schema.Literal("cursor-invalid")
+}) {}
 
 export class CommandConflict extends Schema.TaggedError<CommandConflict>()("CommandConflict", {
   reason: Schema.Literal("command-id-reused"),

@@ -4,14 +4,19 @@ import { randomUUID } from "node:crypto"
 import {
   AttachmentRefused,
   CommandConflict,
+  EFFECT_PAGE_LIMIT,
   type EffectKind,
   EffectState,
+  ReceiptAuditEntry,
+  ReceiptEffectCursorInvalid,
+  ReceiptEffectItem,
+  ReceiptEffectPage,
   RecordReceipt,
   type ReceiptRecorded,
   type ReceiptsStorageUnavailable
 } from "./Domain.ts"
 import { FileStore } from "./FileStore.ts"
-import { type NewEffect, ReceiptsRepo } from "./ReceiptsRepo.ts"
+import { type EffectItemRow, type NewEffect, ReceiptsRepo } from "./ReceiptsRepo.ts"
 
 export interface Recorder {
   readonly tenant: string
@@ -40,6 +45,44 @@ export const planEffects = (attachments: ReadonlyArray<string>): ReadonlyArray<N
   ]
   return kinds.map((effect, i) => ({ id: randomUUID(), seq: i + 1, ...effect }))
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+// Cursor: base64url of "<created_at to the microsecond, UTC>|<receipt id>|<seq>", the last effect of a page, as the
+// database wrote the time: a millisecond form would skip or repeat effects whose times differ below the millisecond.
+const encodeEffectCursor = (row: EffectItemRow) =>
+  Buffer.from(`${row.position}|${row.receipt_id}|${row.seq}`, "utf8").toString("base64url")
+
+const EFFECT_CURSOR =
+  /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\|([1-9]\d{0,5})$/
+
+const decodeEffectCursor = (cursor: string) => {
+  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? EFFECT_CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
+  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
+  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+    ? Effect.fail(new ReceiptEffectCursorInvalid({ reason: "cursor-invalid" }))
+    : Effect.succeed({ at: match![1]!, receiptId: match![2]!, seq: Number(match![3]!) })
+}
+
+const toEffectItem = (row: EffectItemRow) =>
+  new ReceiptEffectItem({
+    id: row.id,
+    receiptId: row.receipt_id,
+    tenant: row.tenant_id,
+    seq: row.seq,
+    kind: row.kind,
+    state: row.state,
+    attempt: row.attempt,
+    nextAttemptAt: row.next_attempt_at,
+    waitingFor: row.waiting_for,
+    claimedAt: row.claimed_at,
+    lastError: row.last_error,
+    frozen: row.frozen,
+    completedAt: row.completed_at,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at
+  })
 
 /**
  * Receipt commands (spec 002): the business facts, the command receipt, the audit row and the effects commit in one
@@ -163,6 +206,39 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
       })
     })
 
+    /**
+     * One page of a tenant's receipt effects, optionally in one state, oldest receipt first and each receipt's effects
+     * in the order they run (the console's list). Sizes are clamped to 1..100.
+     */
+    const effects = Effect.fn("Receipts.effects")(function* (tenant: string, options: {
+      readonly state?: typeof EffectState.Type | undefined
+      readonly cursor?: string | undefined
+      readonly limit?: number | undefined
+    } = {}) {
+      const size = Math.min(Math.max(Math.floor(options.limit ?? EFFECT_PAGE_LIMIT), 1), EFFECT_PAGE_LIMIT)
+      const after = options.cursor === undefined ? null : yield* decodeEffectCursor(options.cursor)
+      const rows = yield* repo.listTenant({ tenant, state: options.state ?? null, after, limit: size + 1 })
+      const page = rows.slice(0, size)
+      const last = page[page.length - 1]
+      return new ReceiptEffectPage({
+        items: page.map(toEffectItem),
+        nextCursor: rows.length > size && last !== undefined ? encodeEffectCursor(last) : null
+      })
+    })
+
+    /** One effect of a tenant; none for an id that is not an effect of this tenant. */
+    const effect = Effect.fn("Receipts.effect")(function* (tenant: string, id: string) {
+      if (!UUID.test(id)) return Option.none<ReceiptEffectItem>()
+      return Option.map(yield* repo.findEffect(tenant, id), toEffectItem)
+    })
+
+    /** A receipt's business audit rows (who recorded it, under which request), newest first, at most 100. */
+    const receiptAudit = Effect.fn("Receipts.receiptAudit")(function* (tenant: string, receiptId: string) {
+      if (!UUID.test(receiptId)) return []
+      const rows = yield* repo.auditOf({ tenant, receiptId, limit: EFFECT_PAGE_LIMIT })
+      return rows.map((row) => new ReceiptAuditEntry({ action: row.action, actor: row.actor, correlationId: row.correlation_id, at: row.at }))
+    })
+
     /** Spec 001's pending work: a receipt effect not yet done (pending, also while it waits for its turn or a retry, or running). */
     const hasPendingWork: Effect.Effect<boolean, ReceiptsStorageUnavailable> = repo.hasPending.pipe(
       Effect.withSpan("Receipts.hasPendingWork")
@@ -182,7 +258,7 @@ export class Receipts extends Effect.Service<Receipts>()("@delivery/receipts/Rec
       )
     }
 
-    return { record, stage, state, hasPendingWork, queueView } as const
+    return { record, stage, state, effects, effect, receiptAudit, hasPendingWork, queueView } as const
   }),
   dependencies: [ReceiptsRepo.Default]
 }) {}

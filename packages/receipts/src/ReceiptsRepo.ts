@@ -70,6 +70,43 @@ export const ReceiptHead = Schema.Struct({
   created_at: Schema.DateFromSelf
 })
 
+/** An effect as the console reads it, with its keyset position (created_at to the microsecond, UTC). */
+export const EffectItemRow = Schema.Struct({
+  id: Schema.String,
+  receipt_id: Schema.String,
+  tenant_id: Schema.String,
+  seq: Schema.Number,
+  kind: Schema.Literal("promote-file", "delete-staged", "audit-check", "notify"),
+  state: Schema.Literal("pending", "running", "done"),
+  attempt: Schema.Number,
+  next_attempt_at: Schema.DateFromSelf,
+  waiting_for: Schema.NullOr(Schema.Number),
+  claimed_at: Schema.NullOr(Schema.DateFromSelf),
+  last_error: Schema.NullOr(Schema.String),
+  frozen: Schema.Boolean,
+  completed_at: Schema.NullOr(Schema.DateFromSelf),
+  created_at: Schema.DateFromSelf,
+  updated_at: Schema.DateFromSelf,
+  position: Schema.String
+})
+export type EffectItemRow = typeof EffectItemRow.Type
+
+export const AuditRow = Schema.Struct({
+  action: Schema.String,
+  actor: Schema.String,
+  correlation_id: Schema.String,
+  at: Schema.DateFromSelf
+})
+
+// Never the envelope itself: whether there is one is all an operator needs.
+const effectItemColumns = `e.id::text AS id, e.receipt_id::text AS receipt_id, e.tenant_id, e.seq, e.kind, e.state, e.attempt,
+  e.next_attempt_at,
+  CASE WHEN e.state = 'pending' THEN (
+    SELECT min(earlier.seq) FROM receipt_effects earlier
+    WHERE earlier.receipt_id = e.receipt_id AND earlier.seq < e.seq AND earlier.state <> 'done') END AS waiting_for,
+  e.claimed_at, e.last_error, e.envelope IS NOT NULL AS frozen, e.completed_at, e.created_at, e.updated_at,
+  to_char(e.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS position`
+
 export interface NewReceipt {
   readonly id: string
   readonly tenant: string
@@ -245,6 +282,42 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
                           WHERE tenant_id = ${r.tenant} AND id = ${r.id}`.withoutTransform
     })
 
+    // The console's list: one tenant, optionally one state, oldest first, each receipt's effects in seq order, by keyset
+    // on (created_at, receipt_id, seq) (receipt_effects_tenant).
+    const listTenant = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenant: Schema.String,
+        state: Schema.NullOr(Schema.Literal("pending", "running", "done")),
+        after: Schema.NullOr(Schema.Struct({ at: Schema.String, receiptId: Schema.String, seq: Schema.Number })),
+        limit: Schema.Number
+      }),
+      Result: EffectItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(effectItemColumns)} FROM receipt_effects e
+        WHERE e.tenant_id = ${r.tenant}
+          ${r.state === null ? sql`` : sql`AND e.state = ${r.state}`}
+          ${r.after === null ? sql`` : sql`AND (e.created_at, e.receipt_id, e.seq) > (${r.after.at}::timestamptz, ${r.after.receiptId}::uuid, ${r.after.seq})`}
+        ORDER BY e.created_at, e.receipt_id, e.seq LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const findEffect = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, id: Schema.String }),
+      Result: EffectItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(effectItemColumns)} FROM receipt_effects e
+        WHERE e.tenant_id = ${r.tenant} AND e.id = ${r.id}::uuid`.withoutTransform
+    })
+
+    // A receipt's business audit, newest first, bounded (receipt_audit_receipt).
+    const auditOf = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, receiptId: Schema.String, limit: Schema.Number }),
+      Result: AuditRow,
+      execute: (r) => sql`
+        SELECT action, actor, correlation_id, at FROM receipt_audit
+        WHERE receipt_id = ${r.receiptId}::uuid AND tenant_id = ${r.tenant}
+        ORDER BY audit_id DESC LIMIT ${r.limit}`.withoutTransform
+    })
+
     const effectsOf = SqlSchema.findAll({
       Request: Schema.String,
       Result: EffectRow,
@@ -306,6 +379,9 @@ export class ReceiptsRepo extends Effect.Service<ReceiptsRepo>()("@delivery/rece
       filesOf: (receiptId: string) => filesOf(receiptId).pipe(storage("filesOf")),
       receiptHead: (tenant: string, id: string) => receiptHead({ tenant, id }).pipe(storage("receiptHead")),
       effectsOf: (receiptId: string) => effectsOf(receiptId).pipe(storage("effectsOf")),
+      listTenant: (r: Parameters<typeof listTenant>[0]) => listTenant(r).pipe(storage("listTenant")),
+      findEffect: (tenant: string, id: string) => findEffect({ tenant, id }).pipe(storage("findEffect")),
+      auditOf: (r: Parameters<typeof auditOf>[0]) => auditOf(r).pipe(storage("auditOf")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
       transaction: <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) => sql.withTransaction(effect).pipe(storage(operation))
