@@ -8,8 +8,9 @@ import { DrainGate } from "./DrainGate.ts"
 
 /**
  * Routes that stay open while the idle hold lasts and are not counted as work in flight: the idle-wake protocol
- * itself (the cloud must still be able to read and release), the operator's read-only idle status, health, readiness
- * and the API's documents. None of them accepts work.
+ * itself (the cloud must still be able to read and release), the operator's read-only idle status, health, readiness,
+ * the API's documents and the metrics scrape (a monitor must not see a stack that drains for sleep as down). None of
+ * them accepts work.
  */
 export const isOutsideDrain = (path: string): boolean =>
   path.startsWith("/idle-wake/") ||
@@ -17,7 +18,8 @@ export const isOutsideDrain = (path: string): boolean =>
   path === "/health" ||
   path === "/ready" ||
   path === "/openapi.json" ||
-  path === "/docs"
+  path === "/docs" ||
+  path === "/metrics"
 
 const encodeDraining = Schema.encodeSync(TenantDraining)
 

@@ -33,7 +33,7 @@ const through = <E>(path: string, inner: Effect.Effect<HttpServerResponse.HttpSe
 const activityHeld = Effect.flatMap(ApiActivity, (activity) => Effect.map(activity.remaining, Option.isSome))
 
 describe("the tenant gate", () => {
-  it.effect("while the idle hold lasts: 503 tenant-draining with Retry-After before the app runs; protocol, status, health and docs pass", () =>
+  it.effect("while the idle hold lasts: 503 tenant-draining with Retry-After before the app runs; protocol, status, health, docs and the metrics scrape pass", () =>
     Effect.gen(function* () {
       const gate = yield* DrainGate
       yield* gate.take("hold", Duration.seconds(42))
@@ -49,13 +49,13 @@ describe("the tenant gate", () => {
       expect(body).toMatchObject({ _tag: "TenantDraining", reason: "tenant-draining", retryAfter: 42 })
       expect(body.correlationId).toMatch(/^[0-9a-f]{32}$/)
       expect(ran).toBe(0)
-      for (const path of ["/operator/idle-wake/connectors/state", "/operator/tenants", "/controlplane/v1/envelopes", "/healthz", "/idle-wakex/v1", "/docs/x"]) {
+      for (const path of ["/operator/idle-wake/connectors/state", "/operator/tenants", "/controlplane/v1/envelopes", "/healthz", "/idle-wakex/v1", "/docs/x", "/metrics/x"]) {
         expect([path, (yield* through(path, counting)).status]).toEqual([path, 503])
       }
-      for (const path of ["/idle-wake/v1/drain-reads", "/operator/idle-wake/status", "/health", "/ready", "/openapi.json", "/docs"]) {
+      for (const path of ["/idle-wake/v1/drain-reads", "/operator/idle-wake/status", "/health", "/ready", "/openapi.json", "/docs", "/metrics"]) {
         expect([path, (yield* through(path, counting)).status]).toEqual([path, 200])
       }
-      expect(ran).toBe(6)
+      expect(ran).toBe(7)
       // Drain refusals and the exempt routes never count as activity.
       expect(yield* activityHeld).toBe(false)
     }).pipe(Effect.provide(State)))
