@@ -93,7 +93,50 @@ export const DeliverySummary = Schema.Struct({
   endedQueueItems: Schema.Number
 }).annotations({ identifier: "TeamApplicationDeliverySummary" })
 
+/** Notifications per page and audit rows per application, at most. */
+export const NOTIFICATION_PAGE_LIMIT = 100
+
+/**
+ * A notification as an operator reads it (team_application_delivery_state): ids, audience, delivery state, attempts,
+ * codes and times. Never an address, a name, the message or the envelope.
+ */
+export class NotificationItem extends Schema.Class<NotificationItem>("TeamApplicationNotificationItem")({
+  effectId: Schema.String,
+  applicationId: Schema.String,
+  tenant: Schema.String,
+  audience: Audience,
+  state: DeliveryState,
+  attempts: Schema.Number,
+  /** failed: when the next attempt is due. */
+  nextAttemptAt: Schema.NullOr(Schema.DateFromSelf),
+  /** processing: when the lease ends unless it is refreshed. */
+  leaseExpiresAt: Schema.NullOr(Schema.DateFromSelf),
+  failures: Schema.Number,
+  lastError: Schema.NullOr(Schema.String),
+  outcomeAt: Schema.NullOr(Schema.DateFromSelf),
+  createdAt: Schema.DateFromSelf
+}) {}
+
+/** One page of a tenant's notifications; `nextCursor` continues after its last one, null on the last page. */
+export class NotificationPage extends Schema.Class<NotificationPage>("TeamApplicationNotificationPage")({
+  items: Schema.Array(NotificationItem),
+  nextCursor: Schema.NullOr(Schema.String)
+}) {}
+
+/** A `team_application_audit` row: who submitted the application, under which request. */
+export class ApplicationAuditEntry extends Schema.Class<ApplicationAuditEntry>("TeamApplicationAuditEntry")({
+  action: Schema.String,
+  actor: Schema.String,
+  correlationId: Schema.String,
+  at: Schema.DateFromSelf
+}) {}
+
 // Refusals: a stable reason and the correlation id, nothing the client sent.
+
+/** A notification list's cursor that this package did not write. */
+export class NotificationCursorInvalid extends Schema.TaggedError<NotificationCursorInvalid>()("TeamApplicationNotificationCursorInvalid", {
+  reason: Schema.Literal("cursor-invalid")
+}) {}
 
 export class CommandConflict extends Schema.TaggedError<CommandConflict>()("TeamApplicationCommandConflict", {
   reason: Schema.Literal("command-id-reused"),

@@ -3,9 +3,22 @@ import { Canonical, type QueueView, queueSnapshotOf } from "@delivery/core"
 import { freezeMessage, type Mailbox } from "@delivery/mail"
 import { Clock, Context, Effect, Either, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
-import { type ApplicationState, type ApplicationSubmitted, CommandConflict, DeliveryState, QUEUE_NAME, SubmitApplication, TeamApplicationsStorageUnavailable } from "./Domain.ts"
+import {
+  ApplicationAuditEntry,
+  type ApplicationState,
+  type ApplicationSubmitted,
+  CommandConflict,
+  DeliveryState,
+  NOTIFICATION_PAGE_LIMIT,
+  NotificationCursorInvalid,
+  NotificationItem,
+  NotificationPage,
+  QUEUE_NAME,
+  SubmitApplication,
+  TeamApplicationsStorageUnavailable
+} from "./Domain.ts"
 import { renderNotifications } from "./Notifications.ts"
-import { TeamApplicationsRepo } from "./TeamApplicationsRepo.ts"
+import { type ItemRow, TeamApplicationsRepo } from "./TeamApplicationsRepo.ts"
 
 /** What a queue item holds: the effect's name only (its envelope stays in the outbox). */
 export const QueueItem = Schema.Struct({ effect: Schema.UUID })
@@ -38,6 +51,39 @@ const encodeCommand = Schema.encodeSync(SubmitApplication)
 /** The request's identity for replays: SHA-256 of its canonical JSON (defaults applied, so omitting `message` = ""). */
 export const requestSha256 = (command: SubmitApplication) =>
   Canonical.sha256Hex(Either.getOrThrow(Canonical.canonicalString(encodeCommand(command))))
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+// Cursor: base64url of "<created_at to the microsecond, UTC>|<effect id>", the last notification of a page, as the
+// database wrote the time: a millisecond form would skip or repeat rows whose times differ below the millisecond.
+const encodeCursor = (row: ItemRow) => Buffer.from(`${row.position}|${row.effect_id}`, "utf8").toString("base64url")
+
+const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
+
+const decodeCursor = (cursor: string) => {
+  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
+  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
+  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+    ? Effect.fail(new NotificationCursorInvalid({ reason: "cursor-invalid" }))
+    : Effect.succeed({ at: match![1]!, id: match![2]! })
+}
+
+const toItem = (row: ItemRow) =>
+  new NotificationItem({
+    effectId: row.effect_id,
+    applicationId: row.application_id,
+    tenant: row.tenant_id,
+    audience: row.audience,
+    state: row.state,
+    attempts: row.attempts,
+    nextAttemptAt: row.next_attempt_at,
+    leaseExpiresAt: row.lease_expires_at,
+    failures: row.failures,
+    lastError: row.last_error,
+    outcomeAt: row.outcome_at,
+    createdAt: row.created_at
+  })
 
 /**
  * Team-application submissions (spec 002): the application, its command receipt, the audit row, both notification
@@ -127,6 +173,39 @@ export class TeamApplications extends Effect.Service<TeamApplications>()("@deliv
       })
     })
 
+    /**
+     * One page of a tenant's notifications, optionally in one delivery state, oldest first (the console's list). Sizes
+     * are clamped to 1..100.
+     */
+    const notifications = Effect.fn("TeamApplications.notifications")(function* (tenant: string, options: {
+      readonly state?: DeliveryState | undefined
+      readonly cursor?: string | undefined
+      readonly limit?: number | undefined
+    } = {}) {
+      const size = Math.min(Math.max(Math.floor(options.limit ?? NOTIFICATION_PAGE_LIMIT), 1), NOTIFICATION_PAGE_LIMIT)
+      const after = options.cursor === undefined ? null : yield* decodeCursor(options.cursor)
+      const rows = yield* repo.listTenant({ tenant, state: options.state ?? null, after, limit: size + 1 })
+      const page = rows.slice(0, size)
+      const last = page[page.length - 1]
+      return new NotificationPage({
+        items: page.map(toItem),
+        nextCursor: rows.length > size && last !== undefined ? encodeCursor(last) : null
+      })
+    })
+
+    /** One notification of a tenant by its effect id; none for an id that is not one of this tenant's. */
+    const notification = Effect.fn("TeamApplications.notification")(function* (tenant: string, effectId: string) {
+      if (!UUID.test(effectId)) return Option.none<NotificationItem>()
+      return Option.map(yield* repo.findItem(tenant, effectId), toItem)
+    })
+
+    /** An application's business audit rows (who submitted it, under which request), newest first, at most 100. */
+    const applicationAudit = Effect.fn("TeamApplications.applicationAudit")(function* (tenant: string, applicationId: string) {
+      if (!UUID.test(applicationId)) return []
+      const rows = yield* repo.auditOf({ tenant, applicationId, limit: NOTIFICATION_PAGE_LIMIT })
+      return rows.map((row) => new ApplicationAuditEntry({ action: row.action, actor: row.actor, correlationId: row.correlation_id, at: row.at }))
+    })
+
     /** Spec 001's pending work: a notification whose queue item is neither completed nor exhausted (due, also while its retry waits, or leased). */
     const hasPendingWork: Effect.Effect<boolean, TeamApplicationsStorageUnavailable> = repo.hasPending.pipe(
       Effect.withSpan("TeamApplications.hasPendingWork")
@@ -148,7 +227,7 @@ export class TeamApplications extends Effect.Service<TeamApplications>()("@deliv
       )
     }
 
-    return { submit, state, summary: repo.summary, hasPendingWork, queueView } as const
+    return { submit, state, notifications, notification, applicationAudit, summary: repo.summary, hasPendingWork, queueView } as const
   }),
   dependencies: [TeamApplicationsRepo.Default]
 }) {}

@@ -32,6 +32,35 @@ export const StateRow = Schema.Struct({
   outcome_at: Schema.NullOr(Schema.DateFromSelf)
 })
 
+/** A notification as the console reads it, with its keyset position (created_at to the microsecond, UTC). */
+export const ItemRow = Schema.Struct({
+  effect_id: Schema.String,
+  application_id: Schema.String,
+  tenant_id: Schema.String,
+  audience: Audience,
+  state: DeliveryState,
+  attempts: Schema.Number,
+  next_attempt_at: Schema.NullOr(Schema.DateFromSelf),
+  lease_expires_at: Schema.NullOr(Schema.DateFromSelf),
+  failures: Schema.Number,
+  last_error: Schema.NullOr(Schema.String),
+  outcome_at: Schema.NullOr(Schema.DateFromSelf),
+  created_at: Schema.DateFromSelf,
+  position: Schema.String
+})
+export type ItemRow = typeof ItemRow.Type
+
+export const AuditRow = Schema.Struct({
+  action: Schema.String,
+  actor: Schema.String,
+  correlation_id: Schema.String,
+  at: Schema.DateFromSelf
+})
+
+const itemColumns = `effect_id::text AS effect_id, application_id::text AS application_id, tenant_id, audience, state, attempts,
+  next_attempt_at, lease_expires_at, failures, last_error, outcome_at, created_at,
+  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS position`
+
 export const ApplicationHead = Schema.Struct({
   id: Schema.String,
   tenant_id: Schema.String,
@@ -139,6 +168,43 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
         ORDER BY audience`.withoutTransform
     })
 
+    // The console's list: one tenant, optionally one delivery state, oldest first, by keyset on (created_at, effect_id).
+    // The tenant and keyset conditions are on the outbox's columns, so they reach team_application_outbox_tenant
+    // through the view; the state is computed per row from both tables.
+    const listTenant = SqlSchema.findAll({
+      Request: Schema.Struct({
+        tenant: Schema.String,
+        state: Schema.NullOr(DeliveryState),
+        after: Schema.NullOr(Schema.Struct({ at: Schema.String, id: Schema.String })),
+        limit: Schema.Number
+      }),
+      Result: ItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(itemColumns)} FROM team_application_delivery_state
+        WHERE tenant_id = ${r.tenant}
+          ${r.state === null ? sql`` : sql`AND state = ${r.state}`}
+          ${r.after === null ? sql`` : sql`AND (created_at, effect_id) > (${r.after.at}::timestamptz, ${r.after.id}::uuid)`}
+        ORDER BY created_at, effect_id LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const findItem = SqlSchema.findOne({
+      Request: Schema.Struct({ tenant: Schema.String, id: Schema.String }),
+      Result: ItemRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(itemColumns)} FROM team_application_delivery_state
+        WHERE tenant_id = ${r.tenant} AND effect_id = ${r.id}::uuid`.withoutTransform
+    })
+
+    // An application's business audit, newest first, bounded (team_application_audit_application).
+    const auditOf = SqlSchema.findAll({
+      Request: Schema.Struct({ tenant: Schema.String, applicationId: Schema.String, limit: Schema.Number }),
+      Result: AuditRow,
+      execute: (r) => sql`
+        SELECT action, actor, correlation_id, at FROM team_application_audit
+        WHERE application_id = ${r.applicationId}::uuid AND tenant_id = ${r.tenant}
+        ORDER BY audit_id DESC LIMIT ${r.limit}`.withoutTransform
+    })
+
     const summary = Effect.all({
       states: SqlSchema.findAll({
         Request: Schema.Void,
@@ -189,6 +255,9 @@ export class TeamApplicationsRepo extends Effect.Service<TeamApplicationsRepo>()
       envelopeOf: (effectId: string) => envelopeOf(effectId).pipe(storage("envelopeOf")),
       head: (tenant: string, id: string) => head({ tenant, id }).pipe(storage("head")),
       states: (applicationId: string) => states(applicationId).pipe(storage("states")),
+      listTenant: (r: Parameters<typeof listTenant>[0]) => listTenant(r).pipe(storage("listTenant")),
+      findItem: (tenant: string, id: string) => findItem({ tenant, id }).pipe(storage("findItem")),
+      auditOf: (r: Parameters<typeof auditOf>[0]) => auditOf(r).pipe(storage("auditOf")),
       summary: Effect.map(summary, ({ ended, states }) => ({ states, endedQueueItems: ended[0]?.count ?? 0 })).pipe(storage("summary")),
       hasPending: Effect.map(findPending(undefined), Option.isSome).pipe(storage("hasPending")),
       queueView: queueView(undefined).pipe(Effect.catchTag("NoSuchElementException", Effect.die), storage("queueView")),
