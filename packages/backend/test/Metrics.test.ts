@@ -7,6 +7,7 @@ import { Effect, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { eventually, outboxTenant, signingKey } from "./support/Console.ts"
 import { call } from "./support/Http.ts"
+import { op, startCloud } from "./support/Cloud.ts"
 import { readScrape } from "./support/Scrape.ts"
 
 // GET /metrics through the real backend process (`packages/backend/src/main.ts`), after work whose every outcome
@@ -131,6 +132,25 @@ layer(SuiteLayer, { excludeTestServices: true })("Prometheus metrics of a real b
         for (const value of scrape.labelValues) expect(value).not.toMatch(/metrics-[0-9a-f]{6}|\/no\/such/)
       })
   )
+
+  it.scoped("the cloud role serves GET /metrics too (its requests by route template, its queue families, its role), and writes LOG_FORMAT=json", () =>
+    Effect.gen(function* () {
+      const cloud = yield* startCloud({ stacks: [], env: { METRICS_TOKEN, LOG_FORMAT: "json" } })
+      expect((yield* call(cloud.port, "GET", "/operator/cloud/stacks/stack-unknown", op)).status).toBe(404)
+      expect((yield* call(cloud.port, "GET", "/metrics")).json).toMatchObject({ reason: "metrics-token-missing" })
+      const answer = yield* call(cloud.port, "GET", "/metrics", { token: METRICS_TOKEN })
+      expect(answer.status).toBe(200)
+      const scrape = readScrape(answer.text)
+      expect(scrape.value("delivery_http_requests_total", { method: "GET", route: "/operator/cloud/stacks/:stack", status: "404" })).toBe(1)
+      expect(scrape.value("delivery_queue_view_up", { family: "cloud-stacks" })).toBe(1)
+      expect(scrape.value("delivery_queue_view_up", { family: "cloud-connector-events" })).toBe(1)
+      expect(scrape.families.find((family) => family.name === "target_info")?.metrics[0]?.labels).toMatchObject({ delivery_role: "cloud" })
+      expect(answer.text).not.toContain("stack-unknown")
+      // `bun run` echoes the script it runs (`$ bun …`) before the process writes anything.
+      const lines = (yield* cloud.process.output).split("\n").filter((line) => line.trim() !== "" && !line.startsWith("$ "))
+      expect(lines.length).toBeGreaterThan(3)
+      for (const line of lines) expect(JSON.parse(line)).toMatchObject({ logLevel: expect.any(String) })
+    }))
 
   it.scoped("without METRICS_TOKEN GET /metrics is open: it carries counts and durations, no secrets", () =>
     Effect.gen(function* () {
