@@ -9,6 +9,10 @@ import {
   ConnectorEventUnauthenticated,
   IdleWakeStorageUnavailable,
   IdleWakeUnavailable,
+  RECORDED_EVENT_PAGE_LIMIT,
+  RecordedConnectorEvent,
+  RecordedEventCursorInvalid,
+  RecordedEventPage,
   TenantDraining
 } from "./Domain.ts"
 import { DrainGate } from "./DrainGate.ts"
@@ -30,6 +34,50 @@ export const githubSignatureValid = (secret: string, payload: Uint8Array, header
   const expected = Buffer.from(`sha256=${createHmac("sha256", secret).update(payload).digest("hex")}`)
   const given = Buffer.from(header)
   return expected.length === given.length && timingSafeEqual(expected, given)
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+/** A receipt as the console reads it: everything but the payload, with its keyset position. */
+const RecordedRow = Schema.Struct({
+  event_id: Schema.String,
+  delivery_id: Schema.String,
+  connector_instance: Schema.String,
+  endpoint_id: Schema.String,
+  event: Schema.String,
+  cloud_attempt: Schema.Number,
+  received_at: Schema.DateFromSelf,
+  position: Schema.String
+})
+type RecordedRow = typeof RecordedRow.Type
+
+const recordedColumns = `event_id::text AS event_id, delivery_id, connector_instance, endpoint_id, event, cloud_attempt, received_at,
+  to_char(received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS position`
+
+const toRecorded = (row: RecordedRow) =>
+  new RecordedConnectorEvent({
+    eventId: row.event_id,
+    deliveryId: row.delivery_id,
+    connectorInstance: row.connector_instance,
+    endpoint: row.endpoint_id,
+    event: row.event,
+    cloudAttempt: row.cloud_attempt,
+    receivedAt: row.received_at
+  })
+
+// Cursor: base64url of "<received_at to the microsecond, UTC>|<event id>", the last event of a page. received_at is the
+// database's now(), with microseconds: a millisecond form would skip or repeat events received within one millisecond.
+const encodeCursor = (row: RecordedRow) => Buffer.from(`${row.position}|${row.event_id}`, "utf8").toString("base64url")
+
+const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
+
+const decodeCursor = (cursor: string) => {
+  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
+  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
+  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+    ? Effect.fail(new RecordedEventCursorInvalid({ reason: "cursor-invalid" }))
+    : Effect.succeed({ at: match![1]!, id: match![2]! })
 }
 
 export class ConnectorEventInbox extends Effect.Service<ConnectorEventInbox>()("@delivery/idle-wake/ConnectorEventInbox", {
@@ -122,6 +170,62 @@ export class ConnectorEventInbox extends Effect.Service<ConnectorEventInbox>()("
       )
     }
 
-    return { receive, queueView } as const
+    // The console's list: newest first by keyset on (received_at, event_id), optionally one connector instance's and one
+    // GitHub event name's (idle_wake_connector_events_received, _connector). Never the payload.
+    const listRecorded = SqlSchema.findAll({
+      Request: Schema.Struct({
+        connector: Schema.NullOr(Schema.String),
+        event: Schema.NullOr(Schema.String),
+        before: Schema.NullOr(Schema.Struct({ at: Schema.String, id: Schema.String })),
+        limit: Schema.Number
+      }),
+      Result: RecordedRow,
+      execute: (r) => sql`
+        SELECT ${sql.literal(recordedColumns)} FROM idle_wake_connector_events
+        WHERE true
+          ${r.connector === null ? sql`` : sql`AND connector_instance = ${r.connector}`}
+          ${r.event === null ? sql`` : sql`AND event = ${r.event}`}
+          ${r.before === null ? sql`` : sql`AND (received_at, event_id) < (${r.before.at}::timestamptz, ${r.before.id}::uuid)`}
+        ORDER BY received_at DESC, event_id DESC LIMIT ${r.limit}`.withoutTransform
+    })
+
+    const findRecorded = SqlSchema.findOne({
+      Request: Schema.String,
+      Result: RecordedRow,
+      execute: (id) => sql`SELECT ${sql.literal(recordedColumns)} FROM idle_wake_connector_events WHERE event_id = ${id}::uuid`.withoutTransform
+    })
+
+    const readStorage = (operation: string) => storageErrors(operation, (fault) => new IdleWakeStorageUnavailable(fault))
+
+    /**
+     * One page of the events this stack recorded, optionally of one connector instance and one GitHub event name,
+     * newest first (the console's list). Sizes are clamped to 1..100.
+     */
+    const recordedEvents = Effect.fn("ConnectorEventInbox.recordedEvents")(function* (options: {
+      readonly connector?: string | undefined
+      readonly event?: string | undefined
+      readonly cursor?: string | undefined
+      readonly limit?: number | undefined
+    } = {}) {
+      const size = Math.min(Math.max(Math.floor(options.limit ?? RECORDED_EVENT_PAGE_LIMIT), 1), RECORDED_EVENT_PAGE_LIMIT)
+      const before = options.cursor === undefined ? null : yield* decodeCursor(options.cursor)
+      const rows = yield* listRecorded({ connector: options.connector ?? null, event: options.event ?? null, before, limit: size + 1 }).pipe(
+        readStorage("recordedEvents")
+      )
+      const page = rows.slice(0, size)
+      const last = page[page.length - 1]
+      return new RecordedEventPage({
+        items: page.map(toRecorded),
+        nextCursor: rows.length > size && last !== undefined ? encodeCursor(last) : null
+      })
+    })
+
+    /** One recorded event by its (the cloud's) event id; none for an id that is not one. */
+    const recordedEvent = Effect.fn("ConnectorEventInbox.recordedEvent")(function* (eventId: string) {
+      if (!UUID.test(eventId)) return Option.none<RecordedConnectorEvent>()
+      return Option.map(yield* findRecorded(eventId).pipe(readStorage("recordedEvent")), toRecorded)
+    })
+
+    return { receive, queueView, recordedEvents, recordedEvent } as const
   })
 }) {}

@@ -93,3 +93,31 @@ export class ConnectorEventRefused extends Schema.TaggedError<ConnectorEventRefu
   reason: Schema.Literal("event-malformed", "github-signature-invalid", "event-endpoint-unauthorized"),
   correlationId: CorrelationId
 }) {}
+
+/** Recorded connector events per page, at most. */
+export const RECORDED_EVENT_PAGE_LIMIT = 100
+
+/**
+ * A connector event this stack recorded (its receipt), as an operator reads it: its ids, connector instance, endpoint,
+ * GitHub event name, the cloud's attempt that delivered it and when. Never the payload or a signature.
+ */
+export class RecordedConnectorEvent extends Schema.Class<RecordedConnectorEvent>("RecordedConnectorEvent")({
+  eventId: Schema.String,
+  deliveryId: Schema.String,
+  connectorInstance: Schema.String,
+  endpoint: Schema.String,
+  event: Schema.String,
+  cloudAttempt: Schema.Number,
+  receivedAt: Schema.DateFromSelf
+}) {}
+
+/** One page of recorded connector events, newest first; `nextCursor` continues after its last one, null on the last page. */
+export class RecordedEventPage extends Schema.Class<RecordedEventPage>("RecordedEventPage")({
+  items: Schema.Array(RecordedConnectorEvent),
+  nextCursor: Schema.NullOr(Schema.String)
+}) {}
+
+/** A recorded-event list's cursor that this package did not write. */
+export class RecordedEventCursorInvalid extends Schema.TaggedError<RecordedEventCursorInvalid>()("RecordedEventCursorInvalid", {
+  reason: Schema.Literal("cursor-invalid")
+}) {}
