@@ -4,8 +4,9 @@ import { type PeerLimit } from "@delivery/identity"
 import { Effect, Schema } from "effect"
 import { createRequire } from "node:module"
 import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
+import { type Html, html } from "./Html.ts"
 import { securityHeaders } from "./ConsoleSecurity.ts"
-import { BACKEND_SECTIONS, ConsoleSections, layout } from "./Layout.ts"
+import { BACKEND_SECTIONS, ConsoleSections, layout, type Section } from "./Layout.ts"
 import { makeOutboxPages } from "./OutboxPages.ts"
 import { makeSigningKeyPages } from "./SigningKeyPages.ts"
 import { makeStreamPages } from "./StreamPages.ts"
@@ -15,7 +16,23 @@ import { makeSignIn } from "./SignIn.ts"
 
 const require = createRequire(import.meta.url)
 
-type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry | PeerLimit
+export type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry | PeerLimit
+
+/** What a console handler may need once `withServices` has provided the shared services and the navigation. */
+type Handler<A, E> = Effect.Effect<A, E, ConsoleServices | ConsoleSections | HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>
+
+export type WithServices = <A, E>(handler: Handler<A, E>) => Effect.Effect<A, E, HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>
+
+/** What a role adds to the overview, below its queue families and workers: a section that refreshes itself. */
+export interface RolePages<E> {
+  readonly overview?: Effect.Effect<Html, E>
+}
+
+/** A role's own pages: registered on the console's router, each handler wrapped by `withServices`. */
+export type PageRoutes<E, R> = (
+  router: HttpRouter.HttpRouter.Service<unknown, HttpRouter.HttpRouter.DefaultServices>,
+  withServices: WithServices
+) => Effect.Effect<RolePages<unknown> | void, E, R>
 
 /** The console's static files, read once at start-up: htmx from its npm package, the stylesheet from this package. */
 const assets = Effect.gen(function* () {
@@ -36,19 +53,22 @@ const assets = Effect.gen(function* () {
 })
 
 /**
- * The operator console under `/console`, added to the backend's router next to the API: server-rendered pages,
- * htmx for the parts that refresh themselves. Needs the family services it shows and acts on (`Outbox`,
- * `EnvelopeInbox`, `Signer`), `Identity` (a replay floor is refused for a tenant that does not exist), `QueueViews`,
- * `WorkerRegistry`, the operator credential and the session store.
+ * The operator console of one role under `/console`, added to its router next to its API: the assets, sign-in and
+ * sign-out, the overview of the role's queue families and workers, then the role's own pages and navigation.
+ * Needs `QueueViews`, `WorkerRegistry`, the operator credential, the peer limit and the session store, and what
+ * the role's pages need.
  */
-export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
+export const consoleRoutes = <E, R>(sections: ReadonlyArray<Section>, pages: PageRoutes<E, R>) => HttpApiBuilder.Router.use((router) =>
   Effect.gen(function* () {
     const files = yield* assets
     const signIn = yield* makeSignIn
     // The services every handler uses, taken once here: a route's handler may need only the request itself.
     const context = yield* Effect.context<ConsoleServices>()
-    const withServices = <A, E>(handler: Effect.Effect<A, E, ConsoleServices | ConsoleSections | HttpRouter.RouteContext | HttpServerRequest.HttpServerRequest | HttpServerRequest.ParsedSearchParams>) =>
-      Effect.provide(handler, context).pipe(Effect.provideService(ConsoleSections, BACKEND_SECTIONS))
+    const withServices: WithServices = (handler) =>
+      Effect.provide(handler, context).pipe(Effect.provideService(ConsoleSections, sections))
+    // Registered first: a role's extra overview section is known once its pages are made.
+    const role = (yield* pages(router, withServices)) ?? {}
+    const extra = role.overview ?? Effect.succeed(html``)
     const overview = overviewSection
 
     yield* router.get("/console/assets/htmx.min.js", Effect.succeed(files.htmx))
@@ -60,8 +80,18 @@ export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
     yield* router.post("/console/sign-out", withServices(signedInAction(Schema.Struct({}), () => signIn.signOut)))
 
     yield* router.get("/console/overview", withServices(signedInPage((session) =>
-      Effect.map(overview, (section) =>
-        htmlResponse(layout({ title: "Overview", current: "/console/overview", viewer: session, body: section }))))))
+      Effect.map(Effect.all([overview, extra]), ([section, more]) =>
+        htmlResponse(layout({ title: "Overview", current: "/console/overview", viewer: session, body: html`${section}${more}` }))))))
+    yield* router.get("/console/overview/live", withServices(signedInPage(() => Effect.map(overview, (section) => htmlResponse(section)))))
+  })
+)
+
+/**
+ * The backend role's console: its delivery families' pages. Needs the family services it shows and acts on
+ * (`Outbox`, `EnvelopeInbox`, `Signer`) and `Identity` (a replay floor is refused for a tenant that does not exist).
+ */
+export const ConsoleRoutesLive = consoleRoutes(BACKEND_SECTIONS, (router, withServices) =>
+  Effect.gen(function* () {
     const outbox = yield* makeOutboxPages
     yield* router.get("/console/outbox", withServices(outbox.list))
     yield* router.get("/console/outbox/live", withServices(outbox.listLive))
@@ -83,7 +113,5 @@ export const ConsoleRoutesLive = HttpApiBuilder.Router.use((router) =>
     yield* router.post("/console/signing-keys/:tenant/rotate", withServices(keys.rotate))
     yield* router.get("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.confirmRevoke))
     yield* router.post("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.revoke))
-
-    yield* router.get("/console/overview/live", withServices(signedInPage(() => Effect.map(overview, (section) => htmlResponse(section)))))
   })
 )
