@@ -21,6 +21,13 @@ export const BACKEND_SECTIONS: ReadonlyArray<Section> = [
   { path: "/console/signing-keys", title: "Signing keys" }
 ]
 
+/** The cloud role's console: its stacks and its broker event queue; the tenant's delivery families live in the stacks. */
+export const CLOUD_SECTIONS: ReadonlyArray<Section> = [
+  { path: "/console/overview", title: "Overview" },
+  { path: "/console/stacks", title: "Stacks" },
+  { path: "/console/broker-events", title: "Broker events" }
+]
+
 /** Who is looking: the session's CSRF token for its forms, and the navigation to show. */
 export interface Viewer {
   readonly csrf: string

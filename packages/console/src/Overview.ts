@@ -6,7 +6,9 @@ import { completedChart, formatAge } from "./Layout.ts"
 /** Where an operator goes from a family's card; families without a list page yet have none. */
 const listPages: Readonly<Record<string, string>> = {
   outbox: "/console/outbox",
-  "inbound-streams": "/console/streams"
+  "inbound-streams": "/console/streams",
+  "cloud-stacks": "/console/stacks",
+  "cloud-connector-events": "/console/broker-events"
 }
 
 /** An oldest due item older than this is shown as late. */
