@@ -16,6 +16,7 @@ import { loadReceiptsSettings, RECEIPTS_CONFIG, type ReceiptsSettings } from "@d
 import { loadTeamApplicationsSettings, TEAM_APPLICATIONS_CONFIG, type TeamApplicationsSettings } from "@delivery/team-applications"
 import { CLOUD_CONFIG, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettings, loadIdleWakeSettings } from "@delivery/idle-wake"
 import { familyDefault, loadCloudSettings } from "./RoleConfig.ts"
+import { CONSOLE_CONFIG, ConsoleConfig } from "@delivery/console"
 import { describeObservability, OBSERVABILITY_CONFIG, ObservabilityConfig } from "./ObservabilityConfig.ts"
 import { integerBetween } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
@@ -54,6 +55,7 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   // The packages' own variables, validated up front with the backend's (see `appConfig`).
   ...IDENTITY_CONFIG,
   ...OPERATOR_CONFIG,
+  ...CONSOLE_CONFIG,
   ...SIGNER_CONFIG,
   ...INBOX_CONFIG,
   ...OUTBOX_CONFIG,
@@ -145,6 +147,7 @@ const baseConfig = Config.all({
   resetTtl: ResetTtlConfig,
   resetRequests: ResetRequestConfig,
   operatorRoutes: Config.map(OperatorTokenConfig, (token) => (Option.isSome(token) ? "enabled" : "disabled")),
+  console: ConsoleConfig,
   signer: SignerConfig,
   inbox: InboxConfig,
   outbox: OutboxConfig

@@ -59,6 +59,7 @@ describe("configuration", () => {
     IDENTITY_SIGNIN_WINDOW: "later",
     TRUSTED_PROXY_HOPS: "-1",
     OPERATOR_TOKEN: "short",
+    CONSOLE_SESSION_TTL: "13 hours",
     SIGNER_REPLAY_WINDOW: "0 seconds",
     SIGNER_KEYS: "not a key list",
     SIGNER_KEYS_FILE: "",
