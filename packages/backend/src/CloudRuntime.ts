@@ -16,7 +16,7 @@ import { AppConfig, type AppConfigShape, describeConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
 import { HealthApi } from "./HealthApi.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
-import { DocsLive } from "./Http.ts"
+import { CloudConsoleLive, DocsLive } from "./Http.ts"
 import { serveDraining } from "./HttpServer.ts"
 import { CloudQueueViewsLive } from "./QueueViewsLive.ts"
 import { MetricsHttpLive } from "./MetricsHttp.ts"
@@ -27,8 +27,9 @@ import { withEdgeErrors } from "./EdgeErrors.ts"
 import { requestInvalid, withoutDecodeError } from "./RequestInvalid.ts"
 
 /**
- * What a ROLE=cloud process serves on PORT: health, readiness, its documents and the cloud operator routes. The
- * tenant API is not here: tenants are the stacks behind the wake proxy, which listens on its own port.
+ * What a ROLE=cloud process serves on PORT: health, readiness, its documents, the cloud operator routes and the
+ * operator console (its stacks and broker events). The tenant API is not here: tenants are the stacks behind the
+ * wake proxy, which listens on its own port.
  */
 export class CloudApi extends withEdgeErrors(HttpApi.make("delivery").add(HealthApi).add(IdleWakeCloudApi).add(IdleWakeCloudEventsApi))
   .annotate(OpenApi.Title, "Delivery backend, cloud role")
@@ -61,6 +62,7 @@ const CloudHttpLive = Layer.scopedDiscard(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
   Layer.provide(DocsLive),
   Layer.provide(MetricsHttpLive),
+  Layer.provide(CloudConsoleLive),
   Layer.provide(HttpApiBuilder.middleware(CloudApi, requestInvalid(CloudApi))),
   Layer.provide(CloudApiLive),
   Layer.provide(BunHttpServer.layerContext)

@@ -1,5 +1,5 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
-import { ConsoleRoutesLive, ConsoleSessions } from "@delivery/console"
+import { CloudConsoleRoutesLive, ConsoleRoutesLive, ConsoleSessions } from "@delivery/console"
 import {
   AuthenticationLive,
   IdentityHttpLive,
@@ -63,8 +63,14 @@ export const DocsLive = Layer.mergeAll(
  * admits peers against the same `PeerLimitLive` as the bearer middlewares, so the console gives no second budget
  * for guessing the operator token.
  */
-export const ConsoleLive = ConsoleRoutesLive.pipe(
-  Layer.provide(ConsoleSessions.Default),
-  Layer.provide(OperatorCredentialLive),
-  Layer.provide(PeerLimitLive)
-)
+const consoleOf = <E, R>(routes: Layer.Layer<never, E, R>) =>
+  routes.pipe(
+    Layer.provide(ConsoleSessions.Default),
+    Layer.provide(OperatorCredentialLive),
+    Layer.provide(PeerLimitLive)
+  )
+
+export const ConsoleLive = consoleOf(ConsoleRoutesLive)
+
+/** The cloud role's console (its stacks and broker events), on its operator listener, with the same sign-in. */
+export const CloudConsoleLive = consoleOf(CloudConsoleRoutesLive)
