@@ -1,7 +1,8 @@
 import { FileSystem, HttpApiBuilder, type HttpRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { type QueueViews, type WorkerRegistry } from "@delivery/core"
 import { type PeerLimit } from "@delivery/identity"
-import { Effect, Schema } from "effect"
+import { ResetMailRepo, ResetRequests } from "@delivery/reset-mail"
+import { Effect, Layer, Schema } from "effect"
 import { createRequire } from "node:module"
 import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { type Html, html } from "./Html.ts"
@@ -10,6 +11,10 @@ import { BACKEND_SECTIONS, ConsoleSections, layout, type Section } from "./Layou
 import { makeOutboxPages } from "./OutboxPages.ts"
 import { makeSigningKeyPages } from "./SigningKeyPages.ts"
 import { makeStreamPages } from "./StreamPages.ts"
+import { makeConnectorEventPages } from "./ConnectorEventPages.ts"
+import { makeReceiptEffectPages } from "./ReceiptEffectPages.ts"
+import { makeResetMailPages } from "./ResetMailPages.ts"
+import { makeTeamNotificationPages } from "./TeamNotificationPages.ts"
 import { overviewSection } from "./Overview.ts"
 import { type ConsoleSessions } from "./ConsoleSessions.ts"
 import { makeSignIn } from "./SignIn.ts"
@@ -88,7 +93,8 @@ export const consoleRoutes = <E, R>(sections: ReadonlyArray<Section>, pages: Pag
 
 /**
  * The backend role's console: its delivery families' pages. Needs the family services it shows and acts on
- * (`Outbox`, `EnvelopeInbox`, `Signer`) and `Identity` (a replay floor is refused for a tenant that does not exist).
+ * (`Outbox`, `EnvelopeInbox`, `Signer`, `Receipts`, `TeamApplications`, `ConnectorEventInbox`), `Identity` (a replay
+ * floor is refused for a tenant that does not exist) and, for the reset-mail pages, `PasswordResets`.
  */
 export const ConsoleRoutesLive = consoleRoutes(BACKEND_SECTIONS, (router, withServices) =>
   Effect.gen(function* () {
@@ -113,5 +119,29 @@ export const ConsoleRoutesLive = consoleRoutes(BACKEND_SECTIONS, (router, withSe
     yield* router.post("/console/signing-keys/:tenant/rotate", withServices(keys.rotate))
     yield* router.get("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.confirmRevoke))
     yield* router.post("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.revoke))
+    const resetMail = yield* makeResetMailPages
+    yield* router.get("/console/reset-mail", withServices(resetMail.list))
+    yield* router.get("/console/reset-mail/live", withServices(resetMail.listLive))
+    yield* router.get("/console/reset-mail/:tenant/:id", withServices(resetMail.detail))
+    yield* router.get("/console/reset-mail/:tenant/:id/live", withServices(resetMail.detailLive))
+    const receiptEffects = yield* makeReceiptEffectPages
+    yield* router.get("/console/receipt-effects", withServices(receiptEffects.list))
+    yield* router.get("/console/receipt-effects/live", withServices(receiptEffects.listLive))
+    yield* router.get("/console/receipt-effects/:tenant/:id", withServices(receiptEffects.detail))
+    yield* router.get("/console/receipt-effects/:tenant/:id/live", withServices(receiptEffects.detailLive))
+    const teamNotifications = yield* makeTeamNotificationPages
+    yield* router.get("/console/team-notifications", withServices(teamNotifications.list))
+    yield* router.get("/console/team-notifications/live", withServices(teamNotifications.listLive))
+    yield* router.get("/console/team-notifications/:tenant/:id", withServices(teamNotifications.detail))
+    yield* router.get("/console/team-notifications/:tenant/:id/live", withServices(teamNotifications.detailLive))
+    const connectorEvents = yield* makeConnectorEventPages
+    yield* router.get("/console/connector-events", withServices(connectorEvents.list))
+    yield* router.get("/console/connector-events/live", withServices(connectorEvents.listLive))
+    yield* router.get("/console/connector-events/:id", withServices(connectorEvents.detail))
+    yield* router.get("/console/connector-events/:id/live", withServices(connectorEvents.detailLive))
   })
+).pipe(
+  // The backend's HTTP layer has no ResetRequests of its own (only its queue view and pending-work probe build one):
+  // the console builds its own over the shared pool, as the reset-mail operator routes do with their repository.
+  Layer.provide(ResetRequests.Default.pipe(Layer.provide(ResetMailRepo.Default)))
 )

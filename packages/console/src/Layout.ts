@@ -18,7 +18,11 @@ export const BACKEND_SECTIONS: ReadonlyArray<Section> = [
   { path: "/console/overview", title: "Overview" },
   { path: "/console/outbox", title: "Outbox" },
   { path: "/console/streams", title: "Inbound streams" },
-  { path: "/console/signing-keys", title: "Signing keys" }
+  { path: "/console/signing-keys", title: "Signing keys" },
+  { path: "/console/reset-mail", title: "Reset mail" },
+  { path: "/console/receipt-effects", title: "Receipt effects" },
+  { path: "/console/team-notifications", title: "Team notifications" },
+  { path: "/console/connector-events", title: "Connector events" }
 ]
 
 /** The cloud role's console: its stacks and its broker event queue; the tenant's delivery families live in the stacks. */

@@ -7,6 +7,10 @@ import { completedChart, formatAge } from "./Layout.ts"
 const listPages: Readonly<Record<string, string>> = {
   outbox: "/console/outbox",
   "inbound-streams": "/console/streams",
+  "reset-mail": "/console/reset-mail",
+  "receipt-effects": "/console/receipt-effects",
+  "team-applications": "/console/team-notifications",
+  "connector-events": "/console/connector-events",
   "cloud-stacks": "/console/stacks",
   "cloud-connector-events": "/console/broker-events"
 }

@@ -3,11 +3,14 @@ import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { expect, layer } from "@effect/vitest"
 import { QueueViews, WorkerRegistry } from "@delivery/core"
 import { EnvelopeInbox, EnvelopeInboxLive } from "@delivery/envelope-inbox"
-import { Identity, OperatorCredentialLive, PeerLimitLive } from "@delivery/identity"
+import { Identity, OperatorCredentialLive, PasswordResets, PeerLimitLive } from "@delivery/identity"
+import { ConnectorEventInbox } from "@delivery/idle-wake"
 import { Outbox } from "@delivery/outbox"
+import { Receipts } from "@delivery/receipts"
+import { TeamApplications } from "@delivery/team-applications"
 import { KeyId, KeySource, RawPublicKey, rawPublicKey, Signer, TenantId } from "@delivery/signer"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { ConfigProvider, Effect, Layer } from "effect"
+import { ConfigProvider, type Context, Effect, Layer } from "effect"
 import { generateKeyPairSync, randomBytes } from "node:crypto"
 import { ConsoleRoutesLive, ConsoleSessions } from "../src/index.ts"
 
@@ -16,10 +19,16 @@ import { ConsoleRoutesLive, ConsoleSessions } from "../src/index.ts"
 
 const OPERATOR_TOKEN = `op-${randomBytes(32).toString("base64url")}`
 
-// The console builds its outbox pages at start-up; nothing here reaches them.
-const NoOutbox = Layer.succeed(
-  Outbox,
-  new Proxy({}, { get: (_, name) => { throw new Error(`Outbox.${String(name)} is not part of this suite`) } }) as Outbox
+// The console builds every family's pages at start-up; nothing here reaches the ones of the other suites.
+const notInSuite = <I, S>(tag: Context.Tag<I, S>, name: string) =>
+  Layer.succeed(tag, new Proxy({}, { get: (_, member) => { throw new Error(`${name}.${String(member)} is not part of this suite`) } }) as S)
+const NoOutbox = notInSuite(Outbox, "Outbox")
+const NoOtherFamilies = Layer.mergeAll(
+  notInSuite(Receipts, "Receipts"),
+  notInSuite(TeamApplications, "TeamApplications"),
+  notInSuite(ConnectorEventInbox, "ConnectorEventInbox"),
+  // The reset-mail pages build their own ResetRequests, which keeps a reference to this service.
+  PasswordResets.Default
 )
 
 const ServicesLive = Layer.mergeAll(
@@ -31,6 +40,7 @@ const ServicesLive = Layer.mergeAll(
   WorkerRegistry.Default,
   Layer.succeed(QueueViews, []),
   NoOutbox,
+  NoOtherFamilies,
   BunContext.layer
 ).pipe(
   Layer.provideMerge(Signer.Default),
