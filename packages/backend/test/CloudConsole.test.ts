@@ -90,6 +90,11 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("the op
       expect(detail.body).toContain(`data-action="registered"`)
       expect(detail.body).toContain(`data-action="host-added"`)
       expect(detail.body).toContain(`hx-get="${stackPath}/live"`)
+      expect(detail.body).toContain(`data-offer="suspend"`)
+      expect(detail.body).not.toContain(`data-offer="resume"`)
+      const detailLive = yield* client.get(`${stackPath}/live`, { "hx-request": "true" })
+      expect(detailLive.body).toMatch(/^<section id="detail"/)
+      expect(detailLive.body).toContain(`data-state="awake"`)
       expect((yield* client.get("/console/stack/no-such-stack")).status).toBe(404)
 
       // A hold: confirmed, then posted; without the session's CSRF token it is refused and nothing changes.
@@ -119,9 +124,9 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("the op
       expect(afterHold.body).toContain(`data-notice="hold"`)
       expect(afterHold.body).toContain(`data-recovery-hold="true"`)
       expect(dataWithin(afterHold.body, "action", "recovery-hold-set", "actor")).toBe("operator:console")
-      // Holding again is refused by the state (it is set): the confirmation says so.
-      expect(afterHold.body).not.toContain(`data-action="hold"`)
-      expect(afterHold.body).toContain(`data-action="release"`)
+      // With the hold set, only its release is offered.
+      expect(afterHold.body).not.toContain(`data-offer="hold"`)
+      expect(afterHold.body).toContain(`data-offer="release"`)
 
       // Suspend: the compute is stopped; resume: started again and ready.
       const suspended = yield* client.post(`${stackPath}/suspend`, { csrf })

@@ -206,7 +206,7 @@ ${stackRows(page.items)}
 <dt>registered</dt><dd>${s.createdAt}</dd>
 </dl>
 <p class="actions">${ACTION_ORDER.filter((action) => ACTIONS[action].offered(s)).map((action) =>
-    html`<a class="action" data-action="${action}" href="${stackPath(s.stack)}/${action}">${ACTIONS[action].button}…</a> `)}</p>
+    html`<a class="action" data-offer="${action}" href="${stackPath(s.stack)}/${action}">${ACTIONS[action].button}…</a> `)}</p>
 <h2>Audit trail</h2>
 <p class="muted">Every change of the stack, newest first (at most 100): codes, attempts and hosts, never a key or a fingerprint.</p>
 ${auditTable(s.audit)}
