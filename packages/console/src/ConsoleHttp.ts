@@ -155,5 +155,9 @@ const invalidRequest = () =>
 export const pathParams = <A, I extends Readonly<Record<string, string | undefined>>>(schema: Schema.Schema<A, I>) =>
   HttpRouter.schemaPathParams(schema).pipe(Effect.mapError(invalidRequest))
 
-export const queryParams = <A, I extends Readonly<Record<string, string | ReadonlyArray<string> | undefined>>>(schema: Schema.Schema<A, I>) =>
-  HttpServerRequest.schemaSearchParams(schema).pipe(Effect.mapError(invalidRequest))
+/** An empty query value (a filters form's field left blank, "any") is dropped before decoding. */
+export const queryParams = <A, I>(schema: Schema.Schema<A, I>) =>
+  Effect.flatMap(HttpServerRequest.ParsedSearchParams, (params) =>
+    Schema.decodeUnknown(schema)(Object.fromEntries(Object.entries(params).filter(([, value]) => value !== "")))).pipe(
+      Effect.mapError(invalidRequest)
+    )
