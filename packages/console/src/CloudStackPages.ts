@@ -1,23 +1,16 @@
 import { requestCorrelationId } from "@delivery/core"
-import { CloudStacks, type StackAuditView, type StackDetailView, StackId, StackState, type StackView } from "@delivery/idle-wake"
+import { CloudStacks, type StackAuditView, StackId, StackState, type StackView } from "@delivery/idle-wake"
 import { Effect, Option, Schema } from "effect"
-import { htmlResponse, pathParams, queryParams, redirect, refuse, signedInAction, signedInPage } from "./ConsoleHttp.ts"
+import { htmlResponse, pathParams, redirect, refuse, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { type Html, html } from "./Html.ts"
 import { csrfField, layout } from "./Layout.ts"
+import { detailPages, listPages, listQuery } from "./ListPages.ts"
 import { CONSOLE_ACTOR } from "./SignIn.ts"
 
-const optionalOr = <A, I>(schema: Schema.Schema<A, I>) => Schema.optional(Schema.Union(schema, Schema.Literal("")))
-const present = <A>(value: A | "" | undefined): A | undefined => (value === "" ? undefined : value)
+const PATH = "/console/stacks"
 
-const ListQuery = Schema.Struct({
-  state: optionalOr(StackState),
-  // The keyset position is the last stack id of the page before.
-  cursor: Schema.optional(StackId),
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)))
-})
-
-/** Stacks per page unless the address asks for 1..100. */
-const PAGE_SIZE = 50
+// The keyset position is the last stack id of the page before.
+const StackCursor = Schema.optional(StackId)
 
 const StackPath = Schema.Struct({ stack: StackId })
 
@@ -38,28 +31,6 @@ const DoneQuery = Schema.Struct({
 
 // One stack's pages are under the singular, so that no stack id can collide with the list's own `/live`.
 const stackPath = (stack: string) => `/console/stack/${encodeURIComponent(stack)}`
-
-interface ListQuery {
-  readonly state?: StackState | undefined
-  readonly cursor?: StackId | undefined
-  readonly limit?: number | undefined
-}
-
-const listUrl = (query: ListQuery, live = false) => {
-  const params = new URLSearchParams()
-  if (query.state !== undefined) params.set("state", query.state)
-  if (query.limit !== undefined) params.set("limit", String(query.limit))
-  if (query.cursor !== undefined) params.set("cursor", query.cursor)
-  const search = params.toString()
-  return `/console/stacks${live ? "/live" : ""}${search === "" ? "" : `?${search}`}`
-}
-
-const filters = (query: ListQuery) =>
-  html`<form class="filters" method="get" action="/console/stacks">
-<label>State <select name="state"><option value="">any</option>${StackState.literals.map((s) =>
-  html`<option value="${s}"${s === query.state ? html` selected` : ""}>${s}</option>`)}</select></label>
-<button type="submit">Show</button>
-</form>`
 
 const receiptCell = (s: StackView) =>
   s.receipt === null ? html`<span data-receipt="none">none</span>` : html`<span data-receipt="stored">stored (${s.receipt.keys} keys, ${s.receipt.connectorBindings} connector bindings)</span>`
@@ -165,35 +136,33 @@ type ActionError =
 export const makeCloudStackPages = Effect.gen(function* () {
   const stacks = yield* CloudStacks
 
-  const listSection = (query: ListQuery) =>
-    Effect.map(stacks.page({ ...query, after: query.cursor, limit: query.limit ?? PAGE_SIZE }), (page) =>
-      html`<section id="list" hx-get="${listUrl(query, true)}" hx-trigger="every 5s" hx-swap="outerHTML">
-${stackRows(page.items)}
-<p class="pager">${query.cursor === undefined ? "" : html`<a href="${listUrl({ ...query, cursor: undefined })}">First page</a>`}${page.nextCursor === null ? "" : html`<a rel="next" href="${listUrl({ ...query, cursor: page.nextCursor as StackId })}">Next page</a>`}</p>
-</section>`)
-
-  const readQuery = Effect.map(queryParams(ListQuery), (q): ListQuery => ({ state: present(q.state), cursor: q.cursor, limit: q.limit }))
-
   /** Every stack by id, optionally in one state, a page at a time by keyset. */
-  const list = signedInPage((viewer) =>
-    Effect.gen(function* () {
-      const query = yield* readQuery
-      const body = html`<h1>Stacks${query.state === undefined ? "" : ` · ${query.state}`}</h1>${filters(query)}${yield* listSection(query)}`
-      return htmlResponse(layout({ title: "Stacks", current: "/console/stacks", viewer, body }))
-    }))
-
-  const listLive = signedInPage(() => Effect.flatMap(readQuery, (query) => Effect.map(listSection(query), htmlResponse)))
-
-  const readStack = Effect.gen(function* () {
-    const path = yield* pathParams(StackPath)
-    const found = yield* stacks.detail(path.stack)
-    if (Option.isNone(found)) return yield* refuse(404, "stack-unknown", "No such stack")
-    return found.value
+  const lists = listPages({
+    title: "Stacks",
+    path: PATH,
+    query: listQuery({ state: Schema.optional(StackState) }, StackCursor),
+    filters: [{ name: "state", label: "State", kind: "select", options: StackState.literals }],
+    // Every stack is in one list: the state filter only narrows it.
+    scope: ({ state }) => ({ state }),
+    heading: ({ state }) => `Stacks${state === undefined ? "" : ` · ${state}`}`,
+    page: (_, query) => stacks.page({ state: query.state, after: query.cursor, limit: query.limit }),
+    rows: stackRows
   })
 
-  const detailSection = (s: StackDetailView) =>
-    html`<section id="detail" hx-get="${stackPath(s.stack)}/live" hx-trigger="every 5s" hx-swap="outerHTML">
-<dl>
+  /** A stack's state, fences, hosts and receipt counts, with its audit trail; never the receipt's keys. */
+  const details = detailPages({
+    title: "Stack",
+    current: PATH,
+    read: Effect.gen(function* () {
+      const path = yield* pathParams(StackPath)
+      const found = yield* stacks.detail(path.stack)
+      if (Option.isNone(found)) return yield* refuse(404, "stack-unknown", "No such stack")
+      return found.value
+    }),
+    path: (s) => stackPath(s.stack),
+    heading: (s) => `Stack ${s.stack}`,
+    notice: { query: DoneQuery, show: ({ code, done, outcome }) => (done === undefined ? "" : notices[outcome ?? "done"](done, code)) },
+    section: (s) => html`<dl>
 <dt>state</dt><dd class="state state-${s.state}" data-state="${s.state}">${s.state}</dd>
 <dt>since</dt><dd data-state-changed-at="${s.stateChangedAt}">${s.stateChangedAt}</dd>
 <dt>recovery hold</dt><dd data-recovery-hold="${String(s.recoveryHold)}">${s.recoveryHold ? "set: no wake" : "none"}</dd>
@@ -209,23 +178,9 @@ ${stackRows(page.items)}
     html`<a class="action" data-offer="${action}" href="${stackPath(s.stack)}/${action}">${ACTIONS[action].button}…</a> `)}</p>
 <h2>Audit trail</h2>
 <p class="muted">Every change of the stack, newest first (at most 100): codes, attempts and hosts, never a key or a fingerprint.</p>
-${auditTable(s.audit)}
-</section>`
-
-  /** A stack's state, fences, hosts and receipt counts, with its audit trail; never the receipt's keys. */
-  const detail = signedInPage((viewer) =>
-    Effect.gen(function* () {
-      const stack = yield* readStack
-      const done = yield* queryParams(DoneQuery)
-      const notice = done.done === undefined ? "" : notices[done.outcome ?? "done"](done.done, done.code)
-      const body = html`<h1>Stack ${stack.stack}</h1>
-${notice}
-${detailSection(stack)}
-<p><a href="/console/stacks">Back to the list</a></p>`
-      return htmlResponse(layout({ title: "Stack", current: "/console/stacks", viewer, body }))
-    }))
-
-  const detailLive = signedInPage(() => Effect.map(readStack, (stack) => htmlResponse(detailSection(stack))))
+${auditTable(s.audit)}`,
+    footer: () => html`<p><a href="${PATH}">Back to the list</a></p>`
+  })
 
   /** The confirmation step: what the action does, the stack's state now, and the form. */
   const confirm = signedInPage((viewer) =>
@@ -243,7 +198,7 @@ ${text.explain}
 ${csrfField(viewer)}
 <button type="submit" class="danger">${text.button}</button> <a href="${stackPath(s.stack)}">Cancel</a>
 </form>`
-      return htmlResponse(layout({ title: text.button, current: "/console/stacks", viewer, body }))
+      return htmlResponse(layout({ title: text.button, current: PATH, viewer, body }))
     }))
 
   const done: ActionResult = { outcome: "done", code: undefined }
@@ -290,5 +245,5 @@ ${csrfField(viewer)}
       return redirect(`${stackPath(stack)}?${params}`)
     }))
 
-  return { list, listLive, detail, detailLive, confirm, act } as const
+  return { ...lists, ...details, confirm, act } as const
 })

@@ -1,62 +1,21 @@
 import { type MessageId, MessageId as MessageIdSchema, MessageState, Outbox, type OutboxMessage } from "@delivery/outbox"
 import { ProjectId, TenantId } from "@delivery/signer"
 import { Effect, Schema } from "effect"
-import { htmlResponse, pathParams, queryParams, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
+import { htmlResponse, pathParams, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { type Html, html } from "./Html.ts"
 import { csrfField, formatTime, layout } from "./Layout.ts"
+import { detailPages, listPages, listQuery, listUrl } from "./ListPages.ts"
 import { CONSOLE_ACTOR } from "./SignIn.ts"
 
-interface AuditEntry {
-  readonly action: string
-  readonly actor: string
-  readonly attempt: number | null
-  readonly detail: string | null
-  readonly at: Date
-}
+const PATH = "/console/outbox"
 
-const optionalOr = <A, I>(schema: Schema.Schema<A, I>) => Schema.optional(Schema.Union(schema, Schema.Literal("")))
-const present = <A>(value: A | "" | undefined): A | undefined => (value === "" ? undefined : value)
-
-const ListQuery = Schema.Struct({
-  tenant: optionalOr(TenantId),
-  project: optionalOr(ProjectId),
-  state: optionalOr(MessageState),
-  cursor: Schema.optional(Schema.String.pipe(Schema.maxLength(128))),
-  limit: Schema.optional(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)))
-})
-
-/** Rows per page unless the address asks for 1..100. */
-const PAGE_SIZE = 50
+// The outbox's keyset positions are at most 128 characters; a longer one is not one of them.
+const MessageCursor = Schema.optional(Schema.String.pipe(Schema.maxLength(128)))
 
 const MessagePath = Schema.Struct({ tenant: TenantId, project: ProjectId, id: MessageIdSchema })
 
 const messagePath = (m: { readonly tenant: string; readonly project: string; readonly id: string }) =>
-  `/console/outbox/${encodeURIComponent(m.tenant)}/${encodeURIComponent(m.project)}/${m.id}`
-
-interface ListQuery {
-  readonly tenant: string
-  readonly project: string
-  readonly state?: string | undefined
-  readonly cursor?: string | undefined
-  readonly limit?: number | undefined
-}
-
-const listUrl = (query: ListQuery, live = false) => {
-  const params = new URLSearchParams({ tenant: query.tenant, project: query.project })
-  if (query.state !== undefined) params.set("state", query.state)
-  if (query.limit !== undefined) params.set("limit", String(query.limit))
-  if (query.cursor !== undefined) params.set("cursor", query.cursor)
-  return `/console/outbox${live ? "/live" : ""}?${params}`
-}
-
-const filters = (query: { tenant?: string | undefined; project?: string | undefined; state?: string | undefined }) =>
-  html`<form class="filters" method="get" action="/console/outbox">
-<label>Tenant <input name="tenant" value="${query.tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
-<label>Project <input name="project" value="${query.project ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
-<label>State <select name="state"><option value="">any</option>${MessageState.literals.map((s) =>
-  html`<option value="${s}"${s === query.state ? html` selected` : ""}>${s}</option>`)}</select></label>
-<button type="submit">Show</button>
-</form>`
+  `${PATH}/${encodeURIComponent(m.tenant)}/${encodeURIComponent(m.project)}/${m.id}`
 
 const nextAttempt = (m: OutboxMessage) => (m.state === "pending" ? formatTime(m.dueAt) : m.state === "delivering" ? `lease until ${formatTime(m.dueAt)}` : "—")
 
@@ -70,41 +29,46 @@ ${items.map((m) => html`<tr data-id="${m.id}" data-state="${m.state}"><td><a hre
 export const makeOutboxPages = Effect.gen(function* () {
   const outbox = yield* Outbox
 
-  const listSection = (query: ListQuery & { readonly tenant: TenantId; readonly project: ProjectId; readonly state?: MessageState | undefined }) =>
-    Effect.map(outbox.messages(query.tenant, query.project, { ...query, limit: query.limit ?? PAGE_SIZE }), (page) =>
-      html`<section id="list" hx-get="${listUrl(query, true)}" hx-trigger="every 5s" hx-swap="outerHTML">
-${messageRows(page.items)}
-<p class="pager">${query.cursor === undefined ? "" : html`<a href="${listUrl({ ...query, cursor: undefined })}">First page</a>`}${page.nextCursor === null ? "" : html`<a rel="next" href="${listUrl({ ...query, cursor: page.nextCursor })}">Next page</a>`}</p>
-</section>`)
-
-  const readQuery = Effect.map(queryParams(ListQuery), (q) => ({
-    tenant: present(q.tenant),
-    project: present(q.project),
-    state: present(q.state),
-    cursor: q.cursor,
-    limit: q.limit
-  }))
-
   /** The messages of one tenant/project, filtered by state, oldest first, 100 to a page by keyset. */
-  const list = signedInPage((viewer) =>
-    Effect.gen(function* () {
-      const query = yield* readQuery
-      const body = query.tenant === undefined || query.project === undefined
-        ? html`<h1>Outbox</h1>${filters(query)}<p class="muted">Choose a tenant and a project.</p>`
-        : html`<h1>Outbox · ${query.tenant} / ${query.project}</h1>${filters(query)}${yield* listSection({ ...query, tenant: query.tenant, project: query.project })}`
-      return htmlResponse(layout({ title: "Outbox", current: "/console/outbox", viewer, body }))
-    }))
+  const lists = listPages({
+    title: "Outbox",
+    path: PATH,
+    query: listQuery(
+      { tenant: Schema.optional(TenantId), project: Schema.optional(ProjectId), state: Schema.optional(MessageState) },
+      MessageCursor
+    ),
+    filters: [
+      { name: "tenant", label: "Tenant", kind: "id", required: true },
+      { name: "project", label: "Project", kind: "id", required: true },
+      { name: "state", label: "State", kind: "select", options: MessageState.literals }
+    ],
+    // Messages belong to one tenant's project: neither alone names a list.
+    scope: ({ project, tenant }) => (tenant === undefined || project === undefined ? undefined : { tenant, project }),
+    prompt: "Choose a tenant and a project.",
+    heading: ({ project, tenant }) => `Outbox · ${tenant} / ${project}`,
+    page: ({ project, tenant }, query) => outbox.messages(tenant, project, query),
+    rows: messageRows
+  })
 
-  const listLive = signedInPage(() =>
-    Effect.gen(function* () {
-      const query = yield* readQuery
-      if (query.tenant === undefined || query.project === undefined) return htmlResponse(html``)
-      return htmlResponse(yield* listSection({ ...query, tenant: query.tenant, project: query.project }))
-    }))
+  const readMessage = Effect.gen(function* () {
+    const path = yield* pathParams(MessagePath)
+    const message = yield* outbox.message(path.tenant, path.project, path.id as MessageId)
+    const audit = yield* outbox.messageAudit(path.tenant, path.project, path.id as MessageId)
+    return { message, audit }
+  })
 
-  const detailSection = (m: OutboxMessage, audit: ReadonlyArray<AuditEntry>) =>
-    html`<section id="detail" hx-get="${messagePath(m)}/live" hx-trigger="every 5s" hx-swap="outerHTML">
-<dl>
+  /** A message's state, attempts, codes, next attempt and audit trail; never its envelope or the target's URL. */
+  const details = detailPages({
+    title: "Outbox message",
+    current: PATH,
+    read: readMessage,
+    path: ({ message }) => messagePath(message),
+    heading: ({ message }) => html`Message <code>${message.id}</code>`,
+    notice: {
+      query: Schema.Struct({ done: Schema.optional(Schema.Literal("redrive")) }),
+      show: ({ done }) => (done === undefined ? "" : html`<p class="notice" data-notice="redriven">Redriven: the message is pending again with new attempts.</p>`)
+    },
+    section: ({ audit, message: m }) => html`<dl>
 <dt>tenant / project</dt><dd>${m.tenant} / ${m.project}</dd>
 <dt>state</dt><dd class="state state-${m.state}" data-state="${m.state}">${m.state}</dd>
 <dt>attempts</dt><dd>${m.attempt} made, ${m.attemptCeiling} allowed (${m.maxAttempts} per enqueue or redrive)</dd>
@@ -120,32 +84,9 @@ ${messageRows(page.items)}
 ${audit.length === 0 ? html`<p class="muted">No operator action yet.</p>` : html`<table class="audit"><thead><tr><th>at</th><th>action</th><th>actor</th><th class="num">attempt</th><th>code</th></tr></thead><tbody>
 ${audit.map((a) => html`<tr><td>${formatTime(a.at)}</td><td>${a.action}</td><td>${a.actor}</td><td class="num">${a.attempt ?? "—"}</td><td>${a.detail ?? "—"}</td></tr>`)}
 </tbody></table>`}
-${m.state === "dead" ? html`<p><a class="action" href="${messagePath(m)}/redrive">Redrive this dead letter…</a></p>` : ""}
-</section>`
-
-  const detailBody = (m: OutboxMessage, audit: ReadonlyArray<AuditEntry>, done: boolean) =>
-    html`<h1>Message <code>${m.id}</code></h1>
-${done ? html`<p class="notice" data-notice="redriven">Redriven: the message is pending again with new attempts.</p>` : ""}
-${detailSection(m, audit)}
-<p><a href="${listUrl({ tenant: m.tenant, project: m.project })}">Back to the list</a></p>`
-
-  const readMessage = Effect.gen(function* () {
-    const path = yield* pathParams(MessagePath)
-    const message = yield* outbox.message(path.tenant, path.project, path.id as MessageId)
-    const audit = yield* outbox.messageAudit(path.tenant, path.project, path.id as MessageId)
-    return { path, message, audit }
+${m.state === "dead" ? html`<p><a class="action" href="${messagePath(m)}/redrive">Redrive this dead letter…</a></p>` : ""}`,
+    footer: ({ message: m }) => html`<p><a href="${listUrl(PATH, { tenant: m.tenant, project: m.project })}">Back to the list</a></p>`
   })
-
-  /** A message's state, attempts, codes, next attempt and audit trail; never its envelope or the target's URL. */
-  const detail = signedInPage((viewer) =>
-    Effect.gen(function* () {
-      const { message, audit } = yield* readMessage
-      const done = (yield* queryParams(Schema.Struct({ done: Schema.optional(Schema.Literal("redrive")) }))).done !== undefined
-      return htmlResponse(layout({ title: "Outbox message", current: "/console/outbox", viewer, body: detailBody(message, audit, done) }))
-    }))
-
-  const detailLive = signedInPage(() =>
-    Effect.map(readMessage, ({ audit, message }) => htmlResponse(detailSection(message, audit))))
 
   /** The confirmation step: what redrive does, and the form that does it. */
   const confirmRedrive = signedInPage((viewer) =>
@@ -157,7 +98,7 @@ ${detailSection(m, audit)}
 ${csrfField(viewer)}
 <button type="submit" class="danger">Redrive</button> <a href="${messagePath(message)}">Cancel</a>
 </form>`
-      return htmlResponse(layout({ title: "Redrive", current: "/console/outbox", viewer, body }))
+      return htmlResponse(layout({ title: "Redrive", current: PATH, viewer, body }))
     }))
 
   /** Redrive through the same service call, transaction and audit row as `POST /operator/outbox/.../redrive`. */
@@ -171,5 +112,5 @@ ${csrfField(viewer)}
       return redirect(`${messagePath(message)}?done=redrive`)
     }))
 
-  return { list, listLive, detail, detailLive, confirmRedrive, redrive } as const
+  return { ...lists, ...details, confirmRedrive, redrive } as const
 })

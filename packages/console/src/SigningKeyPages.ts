@@ -11,13 +11,16 @@ import {
   TenantId
 } from "@delivery/signer"
 import { Effect, Schema } from "effect"
-import { htmlResponse, pathParams, queryParams, redirect, refuse, signedInAction, signedInPage } from "./ConsoleHttp.ts"
+import { htmlResponse, pathParams, redirect, refuse, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { type Html, html } from "./Html.ts"
 import { csrfField, formatTime, layout } from "./Layout.ts"
+import { listUrl, scopedPages } from "./ListPages.ts"
 import { CONSOLE_ACTOR } from "./SignIn.ts"
 
+const PATH = "/console/signing-keys"
+
 const ListQuery = Schema.Struct({
-  tenant: Schema.optional(Schema.Union(TenantId, Schema.Literal(""))),
+  tenant: Schema.optional(TenantId),
   done: Schema.optional(Schema.Literal("rotate", "revoke")),
   outcome: Schema.optional(Schema.Literal("rotated", "revoked", "unchanged"))
 })
@@ -28,14 +31,7 @@ const KeyPath = Schema.Struct({ tenant: TenantId, keyId: KeyId })
 /** What `POST /operator/tenants/:tenant/signing-keys/rotate` reads from its JSON body, here from the form. */
 const RotateForm = Schema.Struct({ keyId: KeyId, publicKey: Ed25519PublicKey })
 
-const keysUrl = (tenant: string, live = false) => `/console/signing-keys${live ? "/live" : ""}?${new URLSearchParams({ tenant })}`
-const tenantPath = (tenant: string) => `/console/signing-keys/${encodeURIComponent(tenant)}`
-
-const filters = (tenant: string | undefined) =>
-  html`<form class="filters" method="get" action="/console/signing-keys">
-<label>Tenant <input name="tenant" value="${tenant ?? ""}" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}"></label>
-<button type="submit">Show</button>
-</form>`
+const tenantPath = (tenant: string) => `${PATH}/${encodeURIComponent(tenant)}`
 
 const notices: Record<string, Html> = {
   "rotate:rotated": html`<p class="notice" data-notice="rotated">Rotated: the new key is active; the previous one is retired and keeps verifying until its replay window ends.</p>`,
@@ -69,38 +65,32 @@ const attribution = Effect.map(requestCorrelationId, (correlationId): KeyActor =
 export const makeSigningKeyPages = Effect.gen(function* () {
   const signer = yield* Signer
 
-  const keysSection = (tenant: TenantId) =>
-    Effect.gen(function* () {
-      const keys = yield* signer.keys(tenant)
-      const audit = yield* signer.keyAudit(tenant)
-      return html`<section id="keys" hx-get="${keysUrl(tenant, true)}" hx-trigger="every 5s" hx-swap="outerHTML">
+  /**
+   * A tenant's signing keys (ids, states, times) and the audit trail of their changes: every key at once, as the
+   * signer lists them, so the section is not a keyset list.
+   */
+  const lists = scopedPages({
+    title: "Signing keys",
+    path: PATH,
+    query: ListQuery,
+    filters: [{ name: "tenant", label: "Tenant", kind: "id", required: true }],
+    scope: (query) => query.tenant,
+    prompt: "Choose a tenant.",
+    heading: (tenant) => `Signing keys · ${tenant}`,
+    notice: ({ done, outcome }) => (done === undefined || outcome === undefined ? "" : notices[`${done}:${outcome}`] ?? ""),
+    section: (tenant) =>
+      Effect.gen(function* () {
+        const keys = yield* signer.keys(tenant)
+        const audit = yield* signer.keyAudit(tenant)
+        return html`<section id="keys" hx-get="${listUrl(PATH, { tenant }, true)}" hx-trigger="every 5s" hx-swap="outerHTML">
 ${keyRows(tenant, keys)}
 <p><a class="action" href="${tenantPath(tenant)}/rotate">Rotate to a new key…</a></p>
 <h2>Audit trail</h2>
 <p class="muted">Key changes of this tenant, newest first (at most 100).</p>
 ${auditTable(audit)}
 </section>`
-    })
-
-  const readQuery = Effect.map(queryParams(ListQuery), (q) => ({ ...q, tenant: q.tenant === "" ? undefined : q.tenant }))
-
-  /** A tenant's signing keys (ids, states, times) and the audit trail of their changes. */
-  const list = signedInPage((viewer) =>
-    Effect.gen(function* () {
-      const query = yield* readQuery
-      const notice = query.done === undefined || query.outcome === undefined ? "" : notices[`${query.done}:${query.outcome}`] ?? ""
-      const body = query.tenant === undefined
-        ? html`<h1>Signing keys</h1>${filters(undefined)}<p class="muted">Choose a tenant.</p>`
-        : html`<h1>Signing keys · ${query.tenant}</h1>${notice}${filters(query.tenant)}${yield* keysSection(query.tenant)}`
-      return htmlResponse(layout({ title: "Signing keys", current: "/console/signing-keys", viewer, body }))
-    }))
-
-  const listLive = signedInPage(() =>
-    Effect.gen(function* () {
-      const query = yield* readQuery
-      if (query.tenant === undefined) return htmlResponse(html``)
-      return htmlResponse(yield* keysSection(query.tenant))
-    }))
+      })
+  })
 
   /** The rotation form: what rotating does (docs/controlplane-envelope.md, key states) and the new key's id and public key. */
   const rotateForm = signedInPage((viewer) =>
@@ -118,9 +108,9 @@ ${auditTable(audit)}
 ${csrfField(viewer)}
 <label>New key id <input name="keyId" required pattern="[a-z0-9][a-z0-9_\\-]{0,63}" autocomplete="off"></label>
 <label>New public key <input name="publicKey" required pattern="[A-Za-z0-9_\\-]{43}" size="50" autocomplete="off" spellcheck="false"></label>
-<p><button type="submit" class="danger">Rotate</button> <a href="${keysUrl(tenant)}">Cancel</a></p>
+<p><button type="submit" class="danger">Rotate</button> <a href="${listUrl(PATH, { tenant })}">Cancel</a></p>
 </form>`
-      return htmlResponse(layout({ title: "Rotate signing key", current: "/console/signing-keys", viewer, body }))
+      return htmlResponse(layout({ title: "Rotate signing key", current: PATH, viewer, body }))
     }))
 
   /** Rotation through the same service call, transaction and audit rows as `POST /operator/tenants/.../signing-keys/rotate`. */
@@ -135,7 +125,7 @@ ${csrfField(viewer)}
       yield* Effect.logInfo(`console action: signing key rotate ${change.outcome}`).pipe(
         Effect.annotateLogs({ tenant, keyId: form.keyId, actor: by.actor, correlationId: by.correlationId })
       )
-      return redirect(`${keysUrl(tenant)}&done=rotate&outcome=${change.outcome === "applied" ? "rotated" : "unchanged"}`)
+      return redirect(listUrl(PATH, { tenant, done: "rotate", outcome: change.outcome === "applied" ? "rotated" : "unchanged" }))
     }))
 
   /** The confirmation step: what revoking does, and the form that does it. */
@@ -150,9 +140,9 @@ ${csrfField(viewer)}
 <p>The revocation is recorded in the audit trail as <code>${CONSOLE_ACTOR}</code>.</p>
 <form method="post" action="${tenantPath(path.tenant)}/${encodeURIComponent(key.keyId)}/revoke">
 ${csrfField(viewer)}
-<button type="submit" class="danger">Revoke</button> <a href="${keysUrl(path.tenant)}">Cancel</a>
+<button type="submit" class="danger">Revoke</button> <a href="${listUrl(PATH, { tenant: path.tenant })}">Cancel</a>
 </form>`
-      return htmlResponse(layout({ title: "Revoke signing key", current: "/console/signing-keys", viewer, body }))
+      return htmlResponse(layout({ title: "Revoke signing key", current: PATH, viewer, body }))
     }))
 
   /** Revocation through the same service call, transaction and audit row as `POST /operator/tenants/.../:keyId/revoke`. */
@@ -167,8 +157,8 @@ ${csrfField(viewer)}
       yield* Effect.logInfo(`console action: signing key revoke ${change.outcome}`).pipe(
         Effect.annotateLogs({ tenant: path.tenant, keyId: path.keyId, actor: by.actor, correlationId: by.correlationId })
       )
-      return redirect(`${keysUrl(path.tenant)}&done=revoke&outcome=${change.outcome === "applied" ? "revoked" : "unchanged"}`)
+      return redirect(listUrl(PATH, { tenant: path.tenant, done: "revoke", outcome: change.outcome === "applied" ? "revoked" : "unchanged" }))
     }))
 
-  return { list, listLive, rotateForm, rotate, confirmRevoke, revoke } as const
+  return { ...lists, rotateForm, rotate, confirmRevoke, revoke } as const
 })
