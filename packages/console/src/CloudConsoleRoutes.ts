@@ -3,7 +3,7 @@ import { Effect } from "effect"
 import { makeBrokerEventPages } from "./BrokerEventPages.ts"
 import { makeCloudStackPages } from "./CloudStackPages.ts"
 import { htmlResponse, signedInPage } from "./ConsoleHttp.ts"
-import { consoleRoutes } from "./ConsoleRoutes.ts"
+import { consoleRoutes, listAndDetailRoutes } from "./ConsoleRoutes.ts"
 import { type Html, html } from "./Html.ts"
 import { CLOUD_SECTIONS } from "./Layout.ts"
 
@@ -43,16 +43,10 @@ export const CloudConsoleRoutesLive = consoleRoutes(CLOUD_SECTIONS, (router, wit
     const admission = Effect.map(cloud.admission, admissionSection)
     yield* router.get("/console/admission/live", withServices(signedInPage(() => Effect.map(admission, (section) => htmlResponse(section)))))
     const stacks = yield* makeCloudStackPages
-    yield* router.get("/console/stacks", withServices(stacks.list))
-    yield* router.get("/console/stacks/live", withServices(stacks.listLive))
-    yield* router.get("/console/stack/:stack", withServices(stacks.detail))
-    yield* router.get("/console/stack/:stack/live", withServices(stacks.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/stacks", item: "/console/stack/:stack" }, stacks)
     yield* router.get("/console/stack/:stack/:action", withServices(stacks.confirm))
     yield* router.post("/console/stack/:stack/:action", withServices(stacks.act))
     const events = yield* makeBrokerEventPages
-    yield* router.get("/console/broker-events", withServices(events.list))
-    yield* router.get("/console/broker-events/live", withServices(events.listLive))
-    yield* router.get("/console/broker-events/:stack/:id", withServices(events.detail))
-    yield* router.get("/console/broker-events/:stack/:id/live", withServices(events.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/broker-events", item: "/console/broker-events/:stack/:id" }, events)
     return { overview: admission }
   }))

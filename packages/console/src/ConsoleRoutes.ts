@@ -35,9 +35,33 @@ export interface RolePages<E> {
 
 /** A role's own pages: registered on the console's router, each handler wrapped by `withServices`. */
 export type PageRoutes<E, R> = (
-  router: HttpRouter.HttpRouter.Service<unknown, HttpRouter.HttpRouter.DefaultServices>,
+  router: Router,
   withServices: WithServices
 ) => Effect.Effect<RolePages<unknown> | void, E, R>
+
+type Router = HttpRouter.HttpRouter.Service<unknown, HttpRouter.HttpRouter.DefaultServices>
+
+/** A family's list and item pages, each with its live section. */
+export interface ListAndDetail {
+  readonly list: Handler<HttpServerResponse.HttpServerResponse, never>
+  readonly listLive: Handler<HttpServerResponse.HttpServerResponse, never>
+  readonly detail: Handler<HttpServerResponse.HttpServerResponse, never>
+  readonly detailLive: Handler<HttpServerResponse.HttpServerResponse, never>
+}
+
+/** Registers `list` (and its `/live`) and `item` (and its `/live`): the four routes every family's pages have. */
+export const listAndDetailRoutes = (
+  router: Router,
+  withServices: WithServices,
+  paths: { readonly list: string; readonly item: string },
+  pages: ListAndDetail
+) =>
+  Effect.all([
+    router.get(paths.list as HttpRouter.PathInput, withServices(pages.list)),
+    router.get(`${paths.list}/live` as HttpRouter.PathInput, withServices(pages.listLive)),
+    router.get(paths.item as HttpRouter.PathInput, withServices(pages.detail)),
+    router.get(`${paths.item}/live` as HttpRouter.PathInput, withServices(pages.detailLive))
+  ], { discard: true })
 
 /** The console's static files, read once at start-up: htmx from its npm package, the stylesheet from this package. */
 const assets = Effect.gen(function* () {
@@ -99,17 +123,11 @@ export const consoleRoutes = <E, R>(sections: ReadonlyArray<Section>, pages: Pag
 export const ConsoleRoutesLive = consoleRoutes(BACKEND_SECTIONS, (router, withServices) =>
   Effect.gen(function* () {
     const outbox = yield* makeOutboxPages
-    yield* router.get("/console/outbox", withServices(outbox.list))
-    yield* router.get("/console/outbox/live", withServices(outbox.listLive))
-    yield* router.get("/console/outbox/:tenant/:project/:id", withServices(outbox.detail))
-    yield* router.get("/console/outbox/:tenant/:project/:id/live", withServices(outbox.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/outbox", item: "/console/outbox/:tenant/:project/:id" }, outbox)
     yield* router.get("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.confirmRedrive))
     yield* router.post("/console/outbox/:tenant/:project/:id/redrive", withServices(outbox.redrive))
     const streams = yield* makeStreamPages
-    yield* router.get("/console/streams", withServices(streams.list))
-    yield* router.get("/console/streams/live", withServices(streams.listLive))
-    yield* router.get("/console/streams/:tenant/:project/:producer", withServices(streams.detail))
-    yield* router.get("/console/streams/:tenant/:project/:producer/live", withServices(streams.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/streams", item: "/console/streams/:tenant/:project/:producer" }, streams)
     yield* router.get("/console/streams/:tenant/:project/:producer/replay-floor", withServices(streams.confirmRaise))
     yield* router.post("/console/streams/:tenant/:project/:producer/replay-floor", withServices(streams.raiseFloor))
     const keys = yield* makeSigningKeyPages
@@ -120,25 +138,13 @@ export const ConsoleRoutesLive = consoleRoutes(BACKEND_SECTIONS, (router, withSe
     yield* router.get("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.confirmRevoke))
     yield* router.post("/console/signing-keys/:tenant/:keyId/revoke", withServices(keys.revoke))
     const resetMail = yield* makeResetMailPages
-    yield* router.get("/console/reset-mail", withServices(resetMail.list))
-    yield* router.get("/console/reset-mail/live", withServices(resetMail.listLive))
-    yield* router.get("/console/reset-mail/:tenant/:id", withServices(resetMail.detail))
-    yield* router.get("/console/reset-mail/:tenant/:id/live", withServices(resetMail.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/reset-mail", item: "/console/reset-mail/:tenant/:id" }, resetMail)
     const receiptEffects = yield* makeReceiptEffectPages
-    yield* router.get("/console/receipt-effects", withServices(receiptEffects.list))
-    yield* router.get("/console/receipt-effects/live", withServices(receiptEffects.listLive))
-    yield* router.get("/console/receipt-effects/:tenant/:id", withServices(receiptEffects.detail))
-    yield* router.get("/console/receipt-effects/:tenant/:id/live", withServices(receiptEffects.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/receipt-effects", item: "/console/receipt-effects/:tenant/:id" }, receiptEffects)
     const teamNotifications = yield* makeTeamNotificationPages
-    yield* router.get("/console/team-notifications", withServices(teamNotifications.list))
-    yield* router.get("/console/team-notifications/live", withServices(teamNotifications.listLive))
-    yield* router.get("/console/team-notifications/:tenant/:id", withServices(teamNotifications.detail))
-    yield* router.get("/console/team-notifications/:tenant/:id/live", withServices(teamNotifications.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/team-notifications", item: "/console/team-notifications/:tenant/:id" }, teamNotifications)
     const connectorEvents = yield* makeConnectorEventPages
-    yield* router.get("/console/connector-events", withServices(connectorEvents.list))
-    yield* router.get("/console/connector-events/live", withServices(connectorEvents.listLive))
-    yield* router.get("/console/connector-events/:id", withServices(connectorEvents.detail))
-    yield* router.get("/console/connector-events/:id/live", withServices(connectorEvents.detailLive))
+    yield* listAndDetailRoutes(router, withServices, { list: "/console/connector-events", item: "/console/connector-events/:id" }, connectorEvents)
   })
 ).pipe(
   // The backend's HTTP layer has no ResetRequests of its own (only its queue view and pending-work probe build one):
