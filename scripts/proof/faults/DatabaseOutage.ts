@@ -60,7 +60,10 @@ const run = (world: World, evidence: Evidence) =>
     const check = (name: string, ok: boolean, detail?: string) => evidence.check(NAME, name, ok, detail)
     const tenantId = unique("outage")
     const signing = signingKey(tenantId)
-    const env = { ...OUTBOX_FAST, SIGNER_KEYS: signing.signerKeys }
+    // A receipt's post-commit attempt cut off by the stop (mail sent, outcome not written) stays claimed until the
+    // stale-claim rule takes it back: at the 60 s default that is after the final-state wait below gives up. 8 s
+    // still outlasts a live attempt (provider call 2 s, RECEIPT_INLINE_TIMEOUT 5 s).
+    const env = { ...OUTBOX_FAST, RECEIPT_STALE_CLAIM: "8 seconds", SIGNER_KEYS: signing.signerKeys }
     const backends: ReadonlyArray<Backend> = [yield* world.start("backend-a", { env }), yield* world.start("backend-b", { env })]
     // The processes the stream and the checks talk to: the same two, unless one had to be restarted (see below).
     const live: Array<Backend> = [...backends]
