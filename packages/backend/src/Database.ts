@@ -28,6 +28,19 @@ interface PoolOptions {
 const connectTimeout = Duration.seconds(5)
 
 /**
+ * A new connection that is neither established nor refused within 5 s fails. Without a bound, a connect attempt
+ * made while the server stops or starts can wait forever (seen under CPU load: no answer, no error, no close), and
+ * the fiber that needs the connection waits with it: a worker waiting that way never ticks again, so a claim cut
+ * off by the outage is never taken back by the stale-claim rule. The bound is on the connect only: a query waiting
+ * for a free pool connection still waits its turn (pg's pool-level `connectionTimeoutMillis` would bound both).
+ */
+class BoundedConnectClient extends Pg.Client {
+  constructor(config: Pg.ClientConfig = {}) {
+    super({ ...config, connectionTimeoutMillis: Duration.toMillis(connectTimeout) })
+  }
+}
+
+/**
  * The pg pool, made here rather than inside PgClient (`PgClient.fromPool`) so that its counters can be read: PgClient
  * keeps its own pool to itself. The same lifecycle as `PgClient.layer`: a first `SELECT 1` within 5 s, `end()`
  * bounded by 1 s at release, connection errors left to the queries that meet them.
@@ -38,7 +51,8 @@ const acquirePool = (options: PoolOptions) =>
       const pool = new Pg.Pool({
         connectionString: Redacted.value(options.url),
         max: options.maxConnections,
-        application_name: options.applicationName
+        application_name: options.applicationName,
+        Client: BoundedConnectClient
       })
       pool.on("error", () => {})
       return pool
