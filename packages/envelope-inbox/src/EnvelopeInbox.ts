@@ -1,7 +1,7 @@
 import type { VerifiedIdentity } from "@delivery/identity"
 import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
 import { RateLimiter } from "@effect/experimental"
-import { makeCorrelationId, type QueueView, queueSnapshotOf } from "@delivery/core"
+import { makeCorrelationId, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
 import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
 import { type KeyObject, verify } from "node:crypto"
 import {
@@ -71,7 +71,7 @@ const encodeStreamCursor = (row: { readonly project: string; readonly producer: 
 const STREAM_CURSOR = /^([a-z0-9][a-z0-9_-]{0,63})\/([a-z0-9][a-z0-9_-]{0,63})$/
 
 const decodeStreamCursor = (cursor: string) => {
-  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? STREAM_CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
+  const match = readKeyset(cursor, STREAM_CURSOR)
   return match === null
     ? Effect.fail(new StreamCursorInvalid({ reason: "cursor-invalid" }))
     : Effect.succeed({ project: match[1]!, producer: match[2]! })

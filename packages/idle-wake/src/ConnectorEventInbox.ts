@@ -1,5 +1,5 @@
 import type { CorrelationId } from "@delivery/core"
-import { completionBucket, type QueueView, queueSnapshotOf, queueViewQuery, QueueViewRow, storageErrors } from "@delivery/core"
+import { completionBucket, encodeKeyset, isKeysetTime, queueSnapshotOf, type QueueView, queueViewQuery, QueueViewRow, readKeyset, storageErrors } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Duration, Effect, Either, Option, Redacted, Schema } from "effect"
 import { createHmac, timingSafeEqual } from "node:crypto"
@@ -67,17 +67,15 @@ const toRecorded = (row: RecordedRow) =>
 
 // Cursor: base64url of "<received_at to the microsecond, UTC>|<event id>", the last event of a page. received_at is the
 // database's now(), with microseconds: a millisecond form would skip or repeat events received within one millisecond.
-const encodeCursor = (row: RecordedRow) => Buffer.from(`${row.position}|${row.event_id}`, "utf8").toString("base64url")
+const encodeCursor = (row: RecordedRow) => encodeKeyset(row.position, row.event_id)
 
 const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
 
 const decodeCursor = (cursor: string) => {
-  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
-  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
-  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
-  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+  const match = readKeyset(cursor, CURSOR)
+  return match === null || !isKeysetTime(match[1]!)
     ? Effect.fail(new RecordedEventCursorInvalid({ reason: "cursor-invalid" }))
-    : Effect.succeed({ at: match![1]!, id: match![2]! })
+    : Effect.succeed({ at: match[1]!, id: match[2]! })
 }
 
 export class ConnectorEventInbox extends Effect.Service<ConnectorEventInbox>()("@delivery/idle-wake/ConnectorEventInbox", {

@@ -1,4 +1,4 @@
-import { Canonical, type QueueView, queueSnapshotOf } from "@delivery/core"
+import { Canonical, encodeKeyset, isKeysetTime, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
 import { Clock, Effect, Either, Option, Schema, type Stream } from "effect"
 import { randomUUID } from "node:crypto"
 import {
@@ -50,19 +50,16 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 // Cursor: base64url of "<created_at to the microsecond, UTC>|<receipt id>|<seq>", the last effect of a page, as the
 // database wrote the time: a millisecond form would skip or repeat effects whose times differ below the millisecond.
-const encodeEffectCursor = (row: EffectItemRow) =>
-  Buffer.from(`${row.position}|${row.receipt_id}|${row.seq}`, "utf8").toString("base64url")
+const encodeEffectCursor = (row: EffectItemRow) => encodeKeyset(row.position, row.receipt_id, row.seq)
 
 const EFFECT_CURSOR =
   /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\|([1-9]\d{0,5})$/
 
 const decodeEffectCursor = (cursor: string) => {
-  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? EFFECT_CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
-  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
-  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
-  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+  const match = readKeyset(cursor, EFFECT_CURSOR)
+  return match === null || !isKeysetTime(match[1]!)
     ? Effect.fail(new ReceiptEffectCursorInvalid({ reason: "cursor-invalid" }))
-    : Effect.succeed({ at: match![1]!, receiptId: match![2]!, seq: Number(match![3]!) })
+    : Effect.succeed({ at: match[1]!, receiptId: match[2]!, seq: Number(match[3]!) })
 }
 
 const toEffectItem = (row: EffectItemRow) =>

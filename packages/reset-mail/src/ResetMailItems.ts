@@ -1,3 +1,4 @@
+import { encodeKeyset, isKeysetTime, readKeyset } from "@delivery/core"
 import { Effect, Schema } from "effect"
 import { ResetMailState } from "./ResetMailRepo.ts"
 
@@ -43,13 +44,11 @@ export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 // time: a millisecond form would skip or repeat rows whose times differ below the millisecond.
 const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
 
-export const encodeCursor = (at: string, id: string) => Buffer.from(`${at}|${id}`, "utf8").toString("base64url")
+export const encodeCursor = (at: string, id: string) => encodeKeyset(at, id)
 
 export const decodeCursor = (cursor: string) => {
-  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
-  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
-  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
-  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+  const match = readKeyset(cursor, CURSOR)
+  return match === null || !isKeysetTime(match[1]!)
     ? Effect.fail(new ResetMailCursorInvalid({ reason: "cursor-invalid" }))
-    : Effect.succeed({ at: match![1]!, id: match![2]! })
+    : Effect.succeed({ at: match[1]!, id: match[2]! })
 }

@@ -1,5 +1,5 @@
 import { PersistedQueue } from "@effect/experimental"
-import { Canonical, type QueueView, queueSnapshotOf } from "@delivery/core"
+import { Canonical, encodeKeyset, isKeysetTime, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
 import { freezeMessage, type Mailbox } from "@delivery/mail"
 import { Clock, Context, Effect, Either, Option, Schema } from "effect"
 import { randomUUID } from "node:crypto"
@@ -56,17 +56,15 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 // Cursor: base64url of "<created_at to the microsecond, UTC>|<effect id>", the last notification of a page, as the
 // database wrote the time: a millisecond form would skip or repeat rows whose times differ below the millisecond.
-const encodeCursor = (row: ItemRow) => Buffer.from(`${row.position}|${row.effect_id}`, "utf8").toString("base64url")
+const encodeCursor = (row: ItemRow) => encodeKeyset(row.position, row.effect_id)
 
 const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z)\|([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
 
 const decodeCursor = (cursor: string) => {
-  const match = /^[A-Za-z0-9_-]{1,200}$/.test(cursor) ? CURSOR.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null
-  const millis = match === null ? Number.NaN : Date.parse(match[1]!)
-  // A date the calendar does not have (February 30) parses by rolling over; only one that prints back the same is ours.
-  return Number.isNaN(millis) || new Date(millis).toISOString().slice(0, 23) !== match![1]!.slice(0, 23)
+  const match = readKeyset(cursor, CURSOR)
+  return match === null || !isKeysetTime(match[1]!)
     ? Effect.fail(new NotificationCursorInvalid({ reason: "cursor-invalid" }))
-    : Effect.succeed({ at: match![1]!, id: match![2]! })
+    : Effect.succeed({ at: match[1]!, id: match[2]! })
 }
 
 const toItem = (row: ItemRow) =>
