@@ -17,6 +17,8 @@ export interface ServeOptions {
   readonly drainMs: number
   /** Route templates for metrics and span names; without them every request is `unmatched`. */
   readonly routes?: RouteLabels
+  /** Several processes listen on one port (WORKERS > 1); the kernel spreads connections across them. */
+  readonly reusePort?: boolean
 }
 
 export interface DrainStatus {
@@ -212,6 +214,7 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
           Bun.serve({
             hostname: options.hostname,
             port: options.port,
+            reusePort: options.reusePort ?? false,
             // See above: the edge enforces options.maxRequestBodySize itself.
             maxRequestBodySize: Number.POSITIVE_INFINITY,
             fetch(request, server) {

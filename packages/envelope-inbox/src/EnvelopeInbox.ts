@@ -319,5 +319,8 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
   dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}
 
+/** The service with its sync-limiter store left open (the backend passes its one limit store, memory or Redis). */
+export const envelopeInboxLayer = EnvelopeInbox.Default
+
 /** The service with an in-process sync-limiter store; it still needs `Signer` and `SqlClient`. */
-export const EnvelopeInboxLive = EnvelopeInbox.Default.pipe(Layer.provide(RateLimiter.layerStoreMemory))
+export const EnvelopeInboxLive = envelopeInboxLayer.pipe(Layer.provide(RateLimiter.layerStoreMemory))
