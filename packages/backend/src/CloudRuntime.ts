@@ -14,6 +14,7 @@ import { BunContext, BunHttpServer } from "@effect/platform-bun"
 import { Effect, Layer, Logger } from "effect"
 import { AppConfig, type AppConfigShape, describeConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
+import { LimitStoreStartupLive } from "./LimitStoreStartup.ts"
 import { HealthApi } from "./HealthApi.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
 import { CloudConsoleLive, DocsLive } from "./Http.ts"
@@ -75,6 +76,7 @@ export const makeCloudApp = (config: AppConfigShape, cloud: CloudSettings) =>
     Layer.provideMerge(cloudLayer(cloud)),
     Layer.provideMerge(Readiness.Default.pipe(Layer.provideMerge(WorkerRegistry.Default))),
     Layer.provide(StartupChecksLive),
+    Layer.provide(LimitStoreStartupLive),
     Layer.provide(DatabaseLive),
     Layer.provide(Layer.effectDiscard(
       Effect.logInfo("starting delivery backend, role cloud").pipe(Effect.annotateLogs(describeConfig(config)))

@@ -18,7 +18,7 @@ import { CLOUD_CONFIG, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettin
 import { familyDefault, loadCloudSettings } from "./RoleConfig.ts"
 import { CONSOLE_CONFIG, ConsoleConfig } from "@delivery/console"
 import { describeObservability, OBSERVABILITY_CONFIG, ObservabilityConfig } from "./ObservabilityConfig.ts"
-import { integerBetween } from "@delivery/core"
+import { integerBetween, LIMIT_STORE_CONFIG, LimitStoreConfig } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
 
@@ -46,11 +46,13 @@ export const CONFIG: ReadonlyArray<ConfigEntry> = [
   { name: "PORT", default: "3000", meaning: "TCP port of the HTTP server (1-65535)", secret: false },
   { name: "DATABASE_URL", default: "(unset: embedded PGlite, development only)", meaning: "postgres:// or postgresql:// URL of the PostgreSQL database", secret: true },
   { name: "DATABASE_POOL_MAX", default: "10", meaning: "maximum pooled connections to DATABASE_URL, 1-1000 (the embedded database always uses 1); keep the sum over all processes below the server's max_connections", secret: false },
+  { name: "WORKERS", default: "1", meaning: "backend processes on this host, 1-64: above 1 the started process supervises that many processes listening on one PORT (SO_REUSEPORT), each with its own pool of DATABASE_POOL_MAX; needs DATABASE_URL; not with ROLE=cloud (docs/scaling.md)", secret: false },
   { name: "SHUTDOWN_DRAIN_MS", default: "10000", meaning: "how long SIGTERM/SIGINT waits for in-flight HTTP requests before interrupting them (0-3600000)", secret: false },
   { name: "MAX_REQUEST_BODY_BYTES", default: "1048576", meaning: "largest accepted request body (1 byte to 1 GiB), enforced by the HTTP edge on the declared length and while a chunked body streams in; larger bodies get 413 `body-too-large` (docs/http.md)", secret: false },
   { name: "READY_CHECK_TIMEOUT_MS", default: "2000", meaning: "bound on each database check behind GET /ready (1-60000)", secret: false },
   { name: "EMBEDDED_DATA_DIR", default: "<repo>/.data/pglite", meaning: "data folder of the embedded development database (relative paths resolve from the working directory; set but empty is refused); used only when DATABASE_URL is unset", secret: false },
   { name: "LOG_LEVEL", default: "info", meaning: "minimum log level, case-insensitive: all, trace, debug, info, warn, error, fatal, off", secret: false },
+  ...LIMIT_STORE_CONFIG,
   ...OBSERVABILITY_CONFIG,
   // The packages' own variables, validated up front with the backend's (see `appConfig`).
   ...IDENTITY_CONFIG,
@@ -129,6 +131,9 @@ const baseConfig = Config.all({
   databaseUrl,
   // A pool bigger than the server's max_connections only turns load into connection errors.
   databasePoolMax: integerBetween("DATABASE_POOL_MAX", 1, 1_000, 10),
+  workers: integerBetween("WORKERS", 1, 64, 1),
+  // Whether REDIS_URL is set; the store itself is built by core's LimitStoreLive from the same variables.
+  limitStore: Config.map(LimitStoreConfig, (settings) => (Option.isSome(settings.url) ? "redis" as const : "memory" as const)),
   shutdownDrainMs: integerBetween("SHUTDOWN_DRAIN_MS", 0, 3_600_000, 10_000),
   maxRequestBodyBytes: MaxRequestBodyBytes,
   readyCheckTimeoutMs: integerBetween("READY_CHECK_TIMEOUT_MS", 1, 60_000, 2_000),
@@ -162,6 +167,14 @@ const baseConfig = Config.all({
           Duration.format(config.signer.replayWindow)
         }: retired keys must keep verifying while the payloads they signed are retained; lengthen ${SIGNER_REPLAY_WINDOW} or shorten INBOX_PAYLOAD_RETENTION`
       ))
+      : Either.right(config)
+  ),
+  // Each process of WORKERS would start its own embedded database; the cloud's compute and admission are per process.
+  Config.mapOrFail((config) =>
+    config.workers > 1 && Option.isNone(config.databaseUrl)
+      ? Either.left(ConfigError.InvalidData(["WORKERS"], "Expected 1 without DATABASE_URL: the embedded development database serves one process"))
+      : config.workers > 1 && config.role === "cloud"
+      ? Either.left(ConfigError.InvalidData(["WORKERS"], "Expected 1 with ROLE=cloud: run one cloud process per host (docs/scaling.md)"))
       : Either.right(config)
   )
 )
@@ -286,6 +299,8 @@ export const describeConfig = (config: AppConfigShape) => ({
   port: config.port,
   database: Option.isSome(config.databaseUrl) ? "DATABASE_URL" : `embedded (${config.embeddedDataDir})`,
   databasePoolMax: config.databasePoolMax,
+  workers: config.workers,
+  limitStore: config.limitStore,
   shutdownDrainMs: config.shutdownDrainMs,
   maxRequestBodyBytes: config.maxRequestBodyBytes,
   readyCheckTimeoutMs: config.readyCheckTimeoutMs,

@@ -30,6 +30,8 @@ import { Api } from "./Api.ts"
 import { telemetryLayer } from "./Telemetry.ts"
 import { Readiness } from "./Readiness.ts"
 import { WorkerRegistry } from "@delivery/core"
+import { LimitStoreStartupLive } from "./LimitStoreStartup.ts"
+import { announceListening } from "./Supervisor.ts"
 import { QueueViewsLive } from "./QueueViewsLive.ts"
 import { Workers, WorkersLive } from "./Workers.ts"
 
@@ -134,9 +136,11 @@ const HttpLive = Layer.scopedDiscard(
       port: config.port,
       maxRequestBodySize: config.maxRequestBodyBytes,
       drainMs: config.shutdownDrainMs,
-      routes: routeLabels(Api)
+      routes: routeLabels(Api),
+      reusePort: config.workers > 1
     })
     yield* Effect.logInfo(`listening on ${url} (role ${config.role})`)
+    yield* announceListening
   })
 ).pipe(
   Layer.provide([HttpApiBuilder.Router.Live, HttpApiBuilder.Middleware.layer]),
@@ -165,6 +169,7 @@ export const makeApp = (options: { readonly workers: ReadonlyArray<Layer.Layer<n
         Layer.provideMerge(TeamApplicationsServicesLive),
         Layer.provide(InboxServicesLive),
         Layer.provide(StartupChecksLive),
+        Layer.provide(LimitStoreStartupLive),
         Layer.provide(DatabaseLive),
         Layer.provide(Layer.effectDiscard(
           Effect.logInfo(`starting delivery backend, role ${config.role}`).pipe(

@@ -1,7 +1,6 @@
 import type { VerifiedIdentity } from "@delivery/identity"
 import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
-import { RateLimiter } from "@effect/experimental"
-import { makeCorrelationId, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
+import { LimitStoreLive, makeCorrelationId, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
 import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
 import { type KeyObject, verify } from "node:crypto"
 import {
@@ -319,8 +318,9 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
   dependencies: [InboxRepo.Default, SyncLimiter.Default, RefusalAudit.Default]
 }) {}
 
-/** The service with its sync-limiter store left open (the backend passes its one limit store, memory or Redis). */
-export const envelopeInboxLayer = EnvelopeInbox.Default
-
-/** The service with an in-process sync-limiter store; it still needs `Signer` and `SqlClient`. */
-export const EnvelopeInboxLive = envelopeInboxLayer.pipe(Layer.provide(RateLimiter.layerStoreMemory))
+/**
+ * The service over the process's limit store (memory, or Redis with REDIS_URL); it still needs `Signer` and
+ * `SqlClient`. A shared store that cannot answer refuses with 503 (fail closed): the sync limit is the deployment's
+ * promise per device, and a producer keeps what was not acknowledged and sends it again (docs/scaling.md).
+ */
+export const EnvelopeInboxLive = EnvelopeInbox.Default.pipe(Layer.provide(LimitStoreLive))

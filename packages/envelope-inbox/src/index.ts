@@ -1,5 +1,5 @@
 export * from "./Domain.ts"
-export { EnvelopeInbox, EnvelopeInboxLive, envelopeInboxLayer, type ReceiveInput, STREAM_PAGE_LIMIT } from "./EnvelopeInbox.ts"
+export { EnvelopeInbox, EnvelopeInboxLive, type ReceiveInput, STREAM_PAGE_LIMIT } from "./EnvelopeInbox.ts"
 export { EnvelopeInboxApi, EnvelopeIntake, IntakeRequest } from "./Api.ts"
 export { EnvelopeInboxHttpLive, EnvelopeIntakeLive } from "./Http.ts"
 export { InboxRetention, inboxRetentionWorker, InboxRetentionWorker, MAX_BATCHES_PER_SWEEP, retentionLoop, type SweepResult } from "./InboxRetention.ts"

@@ -1,4 +1,4 @@
-import { integerBetween, type LimiterReason, positiveDuration, recordLimiterRefusal } from "@delivery/core"
+import { integerBetween, type LimiterReason, LimitStoreLive, localFallbackLayer, positiveDuration, recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer } from "effect"
@@ -97,10 +97,13 @@ const make = Effect.gen(function* () {
 export const peerLimitLayer = Layer.effect(PeerLimit, make).pipe(Layer.provide(RateLimiter.layer))
 
 /**
- * The limit over an in-process store: each backend process counts its own peers. One value, so every
- * middleware layer that provides it shares one instance (layers are memoized by reference in a build).
+ * The limit over the process's limit store (memory, or Redis shared by every process: `limitStoreLayer`). If a shared
+ * store cannot answer, the peer's window is counted in this process's memory instead: the limit exists to bound the
+ * hashing and lookups one peer causes in this process, which a local window still does, where refusing every
+ * authentication would make Redis an outage of the whole API (docs/scaling.md). One value, so every middleware layer
+ * that provides it shares one instance (layers are memoized by reference in a build).
  */
-export const PeerLimitLive = peerLimitLayer.pipe(Layer.provide(RateLimiter.layerStoreMemory))
+export const PeerLimitLive = peerLimitLayer.pipe(Layer.provide(localFallbackLayer), Layer.provide(LimitStoreLive))
 
 /** What the backend lists in its configuration table. */
 export const IDENTITY_CONFIG = [

@@ -1,4 +1,4 @@
-import { Canonical, integerBetween, positiveDuration } from "@delivery/core"
+import { Canonical, integerBetween, LimitStoreLive, positiveDuration } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { Config, Context, Duration, Effect, Layer } from "effect"
 import type { Email, IdentityRateLimited, IdentityStorageUnavailable, TenantId } from "./Domain.ts"
@@ -31,8 +31,9 @@ const make = Effect.gen(function* () {
   return SignInLimit.of({ admit })
 })
 
-/** Over an in-process store: each backend process counts its own attempts (docs/operations.md). */
-export const SignInLimitLive = Layer.effect(SignInLimit, make).pipe(
-  Layer.provide(RateLimiter.layer),
-  Layer.provide(RateLimiter.layerStoreMemory)
-)
+/**
+ * Over the process's limit store (memory, or Redis shared by every process). A shared store that cannot answer
+ * refuses sign-ins with 503 (fail closed): this limit is a guessing budget per address, which one window per
+ * process would multiply (docs/scaling.md).
+ */
+export const SignInLimitLive = Layer.effect(SignInLimit, make).pipe(Layer.provide(RateLimiter.layer), Layer.provide(LimitStoreLive))

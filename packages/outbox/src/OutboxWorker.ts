@@ -1,5 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
-import { leaseDeadline, ProviderHttp, recordLimiterRefusal, workerLayer } from "@delivery/core"
+import { leaseDeadline, LimitStoreLive, ProviderHttp, recordLimiterRefusal, workerLayer } from "@delivery/core"
 import { KeySource, type TenantId } from "@delivery/signer"
 import { Clock, Duration, Effect, Either, Exit, Layer } from "effect"
 import { randomBytes } from "node:crypto"
@@ -236,13 +236,14 @@ export const HttpSenderLive = httpSender.pipe(
 /**
  * The backend role's worker (`BackendWorkers`): HTTP sender, webhook signatures through the
  * configured key source (the same `KeySource.layerFromConfig` the backend's Signer uses, so one
- * instance), `Signer` from the backend's services, an in-process rate store.
+ * instance), `Signer` from the backend's services, the process's limit store (memory, or Redis shared by every
+ * process: one delivery rate per tenant across them; while Redis cannot answer nothing is claimed).
  */
 export const outboxWorkerLive = (settings: Settings) =>
   outboxWorkerLayer.pipe(
     Layer.provide(HttpSenderLive),
     Layer.provide(KeySource.layerFromConfig),
-    Layer.provide(RateLimiter.layerStoreMemory),
+    Layer.provide(LimitStoreLive),
     Layer.provide(Layer.succeed(OutboxSettings, settings)),
     // A key list that does not parse already stopped start-up in the Signer: unreachable here.
     Layer.orDie

@@ -1,4 +1,4 @@
-import { Canonical, requestCorrelationId } from "@delivery/core"
+import { Canonical, LimitStoreLive, requestCorrelationId } from "@delivery/core"
 import { consumeOrRefuse, type Email, peerOf, PeerLimitConfig, retryAfterSeconds, type TenantId } from "@delivery/identity"
 import { RateLimiter } from "@effect/experimental"
 import type { HttpServerRequest } from "@effect/platform"
@@ -51,8 +51,9 @@ const make = Effect.gen(function* () {
   })
 })
 
-/** Over an in-process store: each backend process counts its own requests (docs/operations.md). */
-export const ResetLimitsLive = Layer.effect(ResetLimits, make).pipe(
-  Layer.provide(RateLimiter.layer),
-  Layer.provide(RateLimiter.layerStoreMemory)
-)
+/**
+ * Over the process's limit store (memory, or Redis shared by every process). A shared store that cannot answer
+ * refuses with 503 `storage-unavailable` (fail closed): these limits are mail budgets per source and per address,
+ * which one window per process would multiply (docs/scaling.md).
+ */
+export const ResetLimitsLive = Layer.effect(ResetLimits, make).pipe(Layer.provide(RateLimiter.layer), Layer.provide(LimitStoreLive))

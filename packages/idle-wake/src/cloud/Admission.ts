@@ -1,4 +1,4 @@
-import { type LimiterReason, recordLimiterRefusal } from "@delivery/core"
+import { LimitStoreLive, type LimiterReason, recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { Duration, Effect, Layer, type Scope } from "effect"
 import { CloudSettingsTag } from "./CloudConfig.ts"
@@ -150,5 +150,9 @@ export class Admission extends Effect.Service<Admission>()("@delivery/idle-wake/
   })
 }) {}
 
-/** The budgets in this process's memory (spec 001: "bounded per process"). */
-export const AdmissionLive = Admission.Default.pipe(Layer.provide(RateLimiter.layer), Layer.provide(RateLimiter.layerStoreMemory))
+/**
+ * The budgets in the process's limit store: memory (spec 001: "bounded per process"), or Redis so that every cloud
+ * process shares one budget. A shared store that cannot answer refuses with Retry-After (fail closed): the budgets
+ * bound provider starts and their cost. The waiting and preparation bounds stay counters of this process.
+ */
+export const AdmissionLive = Admission.Default.pipe(Layer.provide(RateLimiter.layer), Layer.provide(LimitStoreLive))
