@@ -179,6 +179,8 @@ const makeRedisStore = (url: Redacted.Redacted<string>, settings: LimitStoreSett
     const options = redisOptionsOf(Redacted.value(url))!
     const target = `redis://${options.host?.includes(":") ? `[${options.host}]` : options.host}:${options.port}/${options.db}`
     const runtime = yield* Effect.runtime<never>()
+    // Set when this process closes the client: its own quit is not an outage.
+    let closing = false
     const log = (effect: Effect.Effect<void>) => Runtime.runFork(runtime)(effect.pipe(Effect.annotateLogs({ limitStore: target })))
     const redis = yield* Effect.acquireRelease(
       Effect.sync(() =>
@@ -196,7 +198,8 @@ const makeRedisStore = (url: Redacted.Redacted<string>, settings: LimitStoreSett
         }) as LimiterRedis
       ),
       (redis) =>
-        Effect.promise(() => redis.quit().catch(() => undefined)).pipe(
+        Effect.sync(() => (closing = true)).pipe(
+          Effect.zipRight(Effect.promise(() => redis.quit().catch(() => undefined))),
           Effect.timeout(Duration.seconds(1)),
           Effect.ignore,
           Effect.ensuring(Effect.sync(() => redis.disconnect()))
@@ -211,7 +214,7 @@ const makeRedisStore = (url: Redacted.Redacted<string>, settings: LimitStoreSett
     // Without a listener ioredis prints every connection error to stderr itself; state changes are logged once here.
     redis.on("error", () => undefined)
     redis.on("close", () => {
-      if (up) log(Effect.logWarning("limit store unreachable: each limit answers by its outage rule (docs/scaling.md)"))
+      if (up && !closing) log(Effect.logWarning("limit store unreachable: each limit answers by its outage rule (docs/scaling.md)"))
       up = false
       log(Metric.set(limitStoreUp, 0))
     })
