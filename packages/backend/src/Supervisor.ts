@@ -1,4 +1,4 @@
-import { Deferred, Duration, Effect, Exit, Fiber, FiberId, Schedule } from "effect"
+import { Data, Deferred, Duration, Effect, Exit, Fiber, FiberId, Schedule } from "effect"
 
 /** Set in the environment of each process a supervisor starts (0..WORKERS-1). */
 export const WORKER_INDEX = "WORKER_INDEX"
@@ -12,19 +12,18 @@ export const announceListening = Effect.sync(() => {
   if (process.env[WORKER_INDEX] !== undefined) process.send?.({ kind: "listening" } satisfies Listening)
 })
 
-export class WorkerStartFailed {
-  readonly _tag = "WorkerStartFailed"
-  constructor(readonly index: number, readonly exitCode: number) {}
-  get message() {
-    return `backend process ${this.index} exited with code ${this.exitCode} before it listened; stopping the others`
+/** Start-up failures are the same in every process: one of them stops the supervisor with its code. */
+export class WorkerStartFailed extends Data.TaggedError("WorkerStartFailed")<{ readonly message: string }> {
+  constructor(index: number, exitCode: number) {
+    super({ message: `backend process ${index} exited with code ${exitCode} before it listened; stopping the others` })
+    this.stack = `${this.name}: ${this.message}`
   }
 }
 
-export class WorkersStopFailed {
-  readonly _tag = "WorkersStopFailed"
-  constructor(readonly codes: ReadonlyArray<number | null>) {}
-  get message() {
-    return `backend processes did not all stop cleanly (exit codes ${this.codes.join(", ")})`
+export class WorkersStopFailed extends Data.TaggedError("WorkersStopFailed")<{ readonly message: string }> {
+  constructor(codes: ReadonlyArray<number | null>) {
+    super({ message: `backend processes did not all stop cleanly (exit codes ${codes.map((code) => code ?? "killed").join(", ")})` })
+    this.stack = `${this.name}: ${this.message}`
   }
 }
 
@@ -53,9 +52,10 @@ export const supervise = (options: SupervisorOptions) =>
     const everyoneListening = yield* Deferred.make<void>()
     let listening = 0
     const exitCodes: Array<number | null> = []
-    // Added first, so it runs last: after every process was stopped, the supervisor exits 0 only if each of them did.
-    yield* Effect.addFinalizer(() =>
-      exitCodes.every((code) => code === 0) ? Effect.void : Effect.die(new WorkersStopFailed(exitCodes)))
+    // Added first, so it runs last: after every process was stopped by SIGTERM, the supervisor exits 0 only if each
+    // of them did (a start-up failure has already failed the supervisor with its own reason).
+    yield* Effect.addFinalizer((exit) =>
+      Exit.isInterrupted(exit) && !exitCodes.every((code) => code === 0) ? Effect.die(new WorkersStopFailed(exitCodes)) : Effect.void)
 
     const runOnce = (index: number) =>
       Effect.acquireUseRelease(

@@ -97,8 +97,9 @@ export const limitStoreErrors = Metric.counter("delivery_limit_store_errors", {
   incremental: true
 })
 
-// The two scripts of @effect/experimental's Redis store (`RateLimiter/Redis`), unchanged, so both stores keep the
-// port's contract. That store builds its own client and leaves connection errors to ioredis's console.error, which
+// The two scripts of @effect/experimental's Redis store (`RateLimiter/Redis`), so both stores keep the port's
+// contract; the fixed window's expiries are rounded up to whole milliseconds (PX takes integers only: the library's
+// script fails every command of a limit above its window's milliseconds, such as 1,000,000 a minute). That store builds its own client and leaves connection errors to ioredis's console.error, which
 // breaks LOG_FORMAT=json and hides outages from the logs; this one owns the client, logs state changes once, fails
 // commands at once while disconnected and bounds each command.
 const FIXED_WINDOW = `
@@ -109,7 +110,7 @@ local limit = tonumber(ARGV[3])
 local current = tonumber(redis.call("GET", key))
 
 if not current then
-  local nextpttl = refillms * tokens
+  local nextpttl = math.ceil(refillms * tokens)
   redis.call("SET", key, tokens, "PX", nextpttl)
   return { tokens, nextpttl }
 end
@@ -120,7 +121,7 @@ if limit and next > limit then
   return { next, currentpttl }
 end
 
-local nextpttl = currentpttl + (refillms * tokens)
+local nextpttl = math.ceil(currentpttl + (refillms * tokens))
 redis.call("SET", key, next, "PX", nextpttl)
 return { next, nextpttl }
 `
@@ -302,12 +303,15 @@ export const withLocalFallback = (
     tokenBucket: (request) => Effect.catchIf(primary.tokenBucket(request), isStoreError, () => local.tokenBucket(request))
   })
 
-/** Replaces the `RateLimiterStore` in context with `withLocalFallback(it, a fresh memory store)`. */
-export const localFallbackLayer: Layer.Layer<RateLimiter.RateLimiterStore, never, RateLimiter.RateLimiterStore> = Layer.effect(
-  RateLimiter.RateLimiterStore,
-  Effect.gen(function* () {
+/**
+ * A `RateLimiter` of its own over `withLocalFallback(the store in context, a fresh memory store)`. Not a layer on
+ * purpose: `RateLimiter.layer` is one value, memoized across a build, so a fallback store provided under it would
+ * leak into (or miss) every other limit built from it.
+ */
+export const limiterWithLocalFallback: Effect.Effect<RateLimiter.RateLimiter, never, RateLimiter.RateLimiterStore> = Effect.gen(
+  function* () {
     const primary = yield* RateLimiter.RateLimiterStore
     const local = yield* Effect.provide(RateLimiter.RateLimiterStore, RateLimiter.layerStoreMemory)
-    return withLocalFallback(primary, local)
-  })
+    return yield* Effect.provideService(RateLimiter.make, RateLimiter.RateLimiterStore, withLocalFallback(primary, local))
+  }
 )

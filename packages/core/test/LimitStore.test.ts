@@ -73,7 +73,7 @@ describe("the limit store (REDIS_URL)", () => {
       expect(yield* Effect.all([consume(limiter, "k", 1), consume(limiter, "k", 1)])).toEqual(["granted", "exceeded"])
     }).pipe(Effect.scoped))
 
-  it.scopedLive("shared limit: two clients (two processes' stores) over one Redis enforce one fixed window: of 40 concurrent requests for a limit of 15, exactly 15 are granted", () =>
+  it.scopedLive("shared limit: two clients (two processes' stores) over one Redis enforce one fixed window: of 40 concurrent requests for a limit of 15, exactly 15 are granted; a limit above its window's milliseconds (1,000,000 a minute) counts as well", () =>
     Effect.gen(function* () {
       const redis = yield* startRedis
       const settings = settingsFor(redis.url)
@@ -89,6 +89,8 @@ describe("the limit store (REDIS_URL)", () => {
       expect(outcomes.filter((o) => o === "exceeded")).toHaveLength(25)
       // Another key has its own window.
       expect(yield* consume(limiters[1]!, "sync:tenant:account:other", 15)).toBe("granted")
+      // A limit above its window's milliseconds (a fractional refill rate) counts too: 1,000,000 a minute.
+      expect(yield* Effect.all(Array.from({ length: 5 }, () => consume(limiters[0]!, "peer:many", 1_000_000)))).toEqual(Array(5).fill("granted"))
     }))
 
   it.scopedLive("start-up: a REDIS_URL that does not answer fails within 5 s with LimitStoreUnavailable naming REDIS_URL and the host, never the password", () =>

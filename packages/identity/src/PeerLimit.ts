@@ -1,4 +1,4 @@
-import { integerBetween, type LimiterReason, LimitStoreLive, localFallbackLayer, positiveDuration, recordLimiterRefusal } from "@delivery/core"
+import { integerBetween, type LimiterReason, limiterWithLocalFallback, LimitStoreLive, positiveDuration, recordLimiterRefusal } from "@delivery/core"
 import { RateLimiter } from "@effect/experimental"
 import { HttpApp, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { Config, Context, Duration, Effect, Layer } from "effect"
@@ -79,8 +79,8 @@ export const consumeOrRefuse = (
     })
   )
 
-const make = Effect.gen(function* () {
-  const limiter = yield* RateLimiter.RateLimiter
+const makeWith = <R>(limiterOf: Effect.Effect<RateLimiter.RateLimiter, never, R>) => Effect.gen(function* () {
+  const limiter = yield* limiterOf
   const config = yield* PeerLimitConfig
   const admit = (request: HttpServerRequest.HttpServerRequest) =>
     consumeOrRefuse(limiter, {
@@ -94,7 +94,7 @@ const make = Effect.gen(function* () {
 })
 
 /** The limit with its store left open: provide a shared `RateLimiterStore` (e.g. Redis) for many processes. */
-export const peerLimitLayer = Layer.effect(PeerLimit, make).pipe(Layer.provide(RateLimiter.layer))
+export const peerLimitLayer = Layer.effect(PeerLimit, makeWith(RateLimiter.RateLimiter)).pipe(Layer.provide(RateLimiter.layer))
 
 /**
  * The limit over the process's limit store (memory, or Redis shared by every process: `limitStoreLayer`). If a shared
@@ -103,7 +103,7 @@ export const peerLimitLayer = Layer.effect(PeerLimit, make).pipe(Layer.provide(R
  * authentication would make Redis an outage of the whole API (docs/scaling.md). One value, so every middleware layer
  * that provides it shares one instance (layers are memoized by reference in a build).
  */
-export const PeerLimitLive = peerLimitLayer.pipe(Layer.provide(localFallbackLayer), Layer.provide(LimitStoreLive))
+export const PeerLimitLive = Layer.effect(PeerLimit, makeWith(limiterWithLocalFallback)).pipe(Layer.provide(LimitStoreLive))
 
 /** What the backend lists in its configuration table. */
 export const IDENTITY_CONFIG = [

@@ -19,7 +19,7 @@ export const tenantWithCredentials = (name: string) =>
       permissions: [Permission.make(ENQUEUE_PERMISSION)]
     })
     const device = yield* identity.issueDeviceCredential({ tenant, account, device: DeviceId.make("d-1") })
-    return { tenant, apiKey: Redacted.value(apiKey.token), device: Redacted.value(device.token) }
+    return { tenant, account, apiKey: Redacted.value(apiKey.token), device: Redacted.value(device.token) }
   }).pipe(Effect.provide(Identity.Default))
 
 /** The backend's log, one string per entry: the logger writes a header line, then one line per annotation. */
