@@ -1,6 +1,8 @@
 import { RateLimiter } from "@effect/experimental"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
+import { ConfigProvider, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Scope, TestClock } from "effect"
+import { limitStoreLayer } from "@delivery/core"
+import { startRedis } from "@delivery/testing"
 import { randomBytes } from "node:crypto"
 import { Admission, AdmissionLive, CAPACITY_RETRY_AFTER } from "../src/cloud/Admission.ts"
 import { CloudConfig, CloudSettingsTag } from "../src/cloud/CloudConfig.ts"
@@ -336,4 +338,24 @@ describe("counters (the operator view)", () => {
       yield* Effect.flip(admission.preparation.pipe(Effect.repeatN(40)))
       expect((yield* admission.counters).refusals).toEqual({ "source-request-budget": 1, "waiting-full": 2 })
     })))
+
+  it.scopedLive("shared budgets (REDIS_URL): two cloud processes' admissions over one real Redis spend one source request budget: of 30 requests from one source, alternately admitted by each, 24 pass and 6 are refused with the window's Retry-After", () =>
+    Effect.gen(function* () {
+      const redis = yield* startRedis
+      const settings = { url: Option.some(Redacted.make(redis.url)), prefix: `admission-${randomBytes(3).toString("hex")}:`, commandTimeout: Duration.millis(250) }
+      const admissionOver = Effect.gen(function* () {
+        const context = yield* Layer.build(Admission.Default.pipe(Layer.provide(RateLimiter.layer), Layer.provide(limitStoreLayer(settings)), Layer.provide(SettingsLive)))
+        return Context.get(context, Admission)
+      })
+      const processes = [yield* admissionOver, yield* admissionOver]
+      const outcomes = yield* Effect.forEach(Array.from({ length: 30 }, (_, i) => i), (i) =>
+        Effect.either(processes[i % 2]!.requestBudget("v4:203.0.113.9")))
+      expect(outcomes.filter((o) => o._tag === "Right")).toHaveLength(24)
+      const refusals = outcomes.flatMap((o) => (o._tag === "Left" ? [o.left] : []))
+      expect(refusals.map((r) => r.reason)).toEqual(Array(6).fill("source-request-budget"))
+      expect(refusals.every((r) => r.retryAfter >= 1 && r.retryAfter <= 60)).toBe(true)
+      // Stopped, the shared store refuses every budget (fail closed) with the capacity Retry-After.
+      yield* redis.stop
+      expect(yield* Effect.flip(processes[0]!.requestBudget("v4:203.0.113.10"))).toEqual({ reason: "source-request-budget", retryAfter: CAPACITY_RETRY_AFTER })
+    }), { timeout: 30_000 })
 })

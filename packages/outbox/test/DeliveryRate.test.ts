@@ -1,6 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { RateLimiter } from "@effect/experimental"
-import { Duration, Effect, TestClock } from "effect"
+import { Context, Duration, Effect, Layer, Option, Redacted, TestClock } from "effect"
+import { limitStoreLayer } from "@delivery/core"
+import { startRedis } from "@delivery/testing"
 import { takeUpTo } from "../src/DeliveryRate.ts"
 
 const policy = { key: "tenant-scheduler-delivery:acme", limit: 5, window: Duration.hours(1) }
@@ -84,4 +86,17 @@ describe("delivery rate: partial grants through the RateLimiterStore port", () =
       expect((yield* takeUpTo(counting, { ...policy, wanted: 0 })).granted).toBe(0)
       expect(calls).toBe(0)
     }))
+
+  it.scopedLive("one delivery rate per tenant across processes (REDIS_URL): two processes' stores over one real Redis, each asking for 4 rows at a time, are granted 5 tokens in all", () =>
+    Effect.gen(function*() {
+      const redis = yield* startRedis
+      const settings = { url: Option.some(Redacted.make(redis.url)), prefix: "rate-test:", commandTimeout: Duration.millis(250) }
+      const storeOf = Effect.map(Layer.build(limitStoreLayer(settings)), (context) => Context.get(context, RateLimiter.RateLimiterStore))
+      const stores = [yield* storeOf, yield* storeOf]
+      const grants = yield* Effect.all(
+        Array.from({ length: 6 }, (_, i) => takeUpTo(stores[i % 2]!, { ...policy, wanted: 4 })),
+        { concurrency: "unbounded" }
+      )
+      expect(grants.reduce((sum, grant) => sum + grant.granted, 0)).toBe(policy.limit)
+    }), { timeout: 30_000 })
 })
