@@ -13,6 +13,18 @@ export const announceListening = Effect.sync(() => {
 })
 
 /** Start-up failures are the same in every process: one of them stops the supervisor with its code. */
+/**
+ * A supervised process whose supervisor is gone (killed with SIGKILL, so it could not pass SIGTERM on) stops itself
+ * the clean way, with SIGTERM, instead of serving on alone: it notices within a second that it was re-parented.
+ */
+export const stopWithSupervisor = Effect.sync(() => {
+  if (process.env[WORKER_INDEX] === undefined) return
+  const supervisor = process.ppid
+  setInterval(() => {
+    if (process.ppid !== supervisor) process.kill(process.pid, "SIGTERM")
+  }, 1_000).unref()
+})
+
 export class WorkerStartFailed extends Data.TaggedError("WorkerStartFailed")<{ readonly message: string }> {
   constructor(index: number, exitCode: number) {
     super({ message: `backend process ${index} exited with code ${exitCode} before it listened; stopping the others` })
