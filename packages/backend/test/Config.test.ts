@@ -26,6 +26,25 @@ describe("configuration", () => {
       expect(CONFIG.map((entry) => entry.name)).toContain("DATABASE_URL")
     }))
 
+  it.effect("WORKERS: 1-64, above 1 only with DATABASE_URL (the embedded database serves one process) and never with ROLE=cloud; the limit store named from REDIS_URL", () =>
+    Effect.gen(function* () {
+      const common = { PASSWORD_RESET_DELIVERY: "disabled", RECEIPT_DELIVERY: "disabled" }
+      const withDatabase = { ...common, DATABASE_URL: "postgres://db.internal/app" }
+      const two = yield* Effect.flatten(load({ ...withDatabase, WORKERS: "2", REDIS_URL: "redis://cache.internal:6380/1" }))
+      expect([two.workers, two.limitStore]).toEqual([2, "redis"])
+      expect((yield* Effect.flatten(load(withDatabase))).limitStore).toBe("memory")
+      const embedded = yield* Effect.flip(Effect.flatten(load({ ...common, WORKERS: "2" })))
+      expect(embedded.message).toContain("WORKERS: Expected 1 without DATABASE_URL")
+      const cloud = yield* Effect.flip(Effect.flatten(load({
+        ROLE: "cloud",
+        DATABASE_URL: "postgres://db.internal/cloud",
+        IDLE_WAKE_CLOUD_SIGNING_KEY: `cloud-1:${"A".repeat(43)}`,
+        IDLE_WAKE_PROXY_PORT: "4000",
+        WORKERS: "2"
+      })))
+      expect(cloud.message).toContain("WORKERS: Expected 1 with ROLE=cloud")
+    }))
+
   it.effect("Secrets belong in the process environment: an invalid DATABASE_URL is named without its value", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(
@@ -43,6 +62,10 @@ describe("configuration", () => {
     PORT: "abc",
     DATABASE_URL: "mysql://app:hunter2@db.internal/app",
     DATABASE_POOL_MAX: "0",
+    WORKERS: "65",
+    REDIS_URL: "http://app:hunter2@cache.internal",
+    REDIS_KEY_PREFIX: "has space",
+    REDIS_COMMAND_TIMEOUT: "0 millis",
     SHUTDOWN_DRAIN_MS: "-1",
     MAX_REQUEST_BODY_BYTES: "0",
     READY_CHECK_TIMEOUT_MS: "0",
