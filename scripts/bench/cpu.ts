@@ -94,3 +94,14 @@ export const measure = async <A>(
 /** "client 31% · backend 92% · postgres 61% (of 200%)" */
 export const describeCpu = (cpu: CpuSplit, wall: number) =>
   Object.entries(cpu).map(([name, s]) => `${name} ${Math.round((100 * s) / wall)}%`).join(" · ") + " (of 200%)"
+
+/** Peak resident set size (VmHWM of /proc/<pid>/status) in MB, 0 when the process is gone or not on Linux. */
+export const peakRssMb = (pid: number | "self") => {
+  try {
+    const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmHWM:"))
+    const kb = Number(line?.split(/\s+/)[1] ?? 0)
+    return Math.round((kb / 1024) * 10) / 10
+  } catch {
+    return 0
+  }
+}
