@@ -60,6 +60,13 @@ export {
 export { SignerHttpLive } from "./Http.ts"
 export { newCorrelationId, systemActor } from "./KeyManagement.ts"
 export {
+  type KeyLookup,
+  makeVerificationKeys,
+  VERIFICATION_KEY_CAPACITY,
+  type VerificationKey,
+  type VerificationKeys
+} from "./VerificationKeys.ts"
+export {
   PURGE_WORKER,
   purgeRevokedLoop,
   purgeRevokedTick,
