@@ -1,5 +1,5 @@
 import type { VerifiedIdentity } from "@delivery/identity"
-import { publicKeyFromRaw, Signer, type SigningKey } from "@delivery/signer"
+import { type KeyRefused, makeVerificationKeys, type SignerStorageUnavailable, publicKeyFromRaw, Signer, type VerificationKey } from "@delivery/signer"
 import { LimitStoreLive, makeCorrelationId, queueSnapshotOf, type QueueView, readKeyset } from "@delivery/core"
 import { Clock, Duration, Effect, Either, Layer, Option } from "effect"
 import { type KeyObject, verify } from "node:crypto"
@@ -44,11 +44,12 @@ type AuditContext = Omit<AuditRow, "outcome" | "reason" | "recordedAt" | "correl
   readonly correlationId: CorrelationId
 }
 
-// Public keys are decoded into KeyObjects once; the cache is keyed by the key bytes, so a rotated or
-// revoked key never hits a stale entry (the lookup that decides usability happens on every request).
+// Public keys are decoded into KeyObjects once; the cache is keyed by the key bytes, so a key id registered
+// again with other bytes never hits a stale entry (usability is decided by the key's state, read in the
+// committing transaction).
 const keyObjects = new Map<string, KeyObject>()
 /** The key's decoded form, from a cache of at most 1,024 (emptied when full) so that key churn cannot grow it. */
-export const keyObjectOf = (key: SigningKey): KeyObject => {
+export const keyObjectOf = (key: { readonly publicKey: Uint8Array }): KeyObject => {
   const id = Buffer.from(key.publicKey).toString("base64url")
   let object = keyObjects.get(id)
   if (object === undefined) {
@@ -76,6 +77,8 @@ const decodeStreamCursor = (cursor: string) => {
     : Effect.succeed({ project: match[1]!, producer: match[2]! })
 }
 
+const sameBytes = (a: Uint8Array, b: Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(b)
+
 const toSummary = (tenant: string, row: SummaryRow) =>
   new StreamSummary({
     tenant,
@@ -93,7 +96,8 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
     const repo = yield* InboxRepo
     const limiter = yield* SyncLimiter
     const refusals = yield* RefusalAudit
-    const signer = yield* Signer
+    // Per process: a key id's public key bytes, never its state (see makeVerificationKeys).
+    const keys = makeVerificationKeys(yield* Signer)
     const retentionMillis = Duration.toMillis(yield* PayloadRetentionConfig)
     const now = Effect.map(Clock.currentTimeMillis, (ms) => new Date(ms))
 
@@ -157,56 +161,103 @@ export class EnvelopeInbox extends Effect.Service<EnvelopeInbox>()("@delivery/en
       const envelopeJson = json.value as Record<string, unknown>
       const signed = Stages.signedBytes(envelopeJson)
       if (Either.isRight(signed)) context = { ...context, eventIdentity: signed.right.eventIdentity }
-      const key = yield* signer.resolveVerificationKey(identity.tenant, head.right.keyId).pipe(
-        Effect.catchTags({
+      const { tenant } = identity
+      const { keyId } = head.right
+      const keyRefusal = (lookup: Effect.Effect<VerificationKey, KeyRefused | SignerStorageUnavailable>) =>
+        Effect.catchTags(lookup, {
           KeyRefused: (refused) => forbidden(refused.reason),
           SignerStorageUnavailable: () => Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
         })
-      )
-      // Without an RFC 8785 form (a lone surrogate in the metadata) no signature can cover the envelope:
-      // after the key lookup, the refusal is step 4's, which says what is wrong and where. The metadata schema
-      // admits no lone surrogate, so step 4 always refuses such an envelope (getOrThrow never throws here).
-      if (Either.isLeft(signed)) {
-        return yield* refuseStep4(Either.getOrThrow(Either.flip(Stages.requireVersionAndMetadata(envelopeJson, head.right))))
+      // The key's public key bytes, from this process's cache when it holds them: then its state was not read, and
+      // the commit below reads it in its own transaction (see "Key cache" in docs/controlplane-inbound.md).
+      let key: VerificationKey = yield* keyRefusal(keys.resolve(tenant, keyId))
+      // A refusal decided with cached bytes reads the key's state first, so that a key refusal (step 3) still wins
+      // over any later one, exactly as if the key had been looked up before the signature. Gives the key back when
+      // its id now names other bytes (purged, then registered again): the signature is then checked again.
+      const recheck = (used: VerificationKey): Effect.Effect<VerificationKey | undefined, EnvelopeForbidden | InboxStorageUnavailable> =>
+        used.cached
+          ? Effect.map(keyRefusal(keys.lookup(tenant, keyId)), (fresh) => (sameBytes(fresh.publicKey, used.publicKey) ? undefined : fresh))
+          : Effect.succeed(undefined)
+      // Two rounds at most in practice (cached bytes, then looked-up ones); a key id re-registered again and again
+      // while this request runs is answered 503, with nothing committed.
+      for (let round = 1; round <= 3; round++) {
+        // Without an RFC 8785 form (a lone surrogate in the metadata) no signature can cover the envelope:
+        // after the key lookup, the refusal is step 4's, which says what is wrong and where. The metadata schema
+        // admits no lone surrogate, so step 4 always refuses such an envelope (getOrThrow never throws here).
+        if (Either.isLeft(signed)) {
+          const changed = yield* recheck(key)
+          if (changed !== undefined) {
+            key = changed
+            continue
+          }
+          return yield* refuseStep4(Either.getOrThrow(Either.flip(Stages.requireVersionAndMetadata(envelopeJson, head.right))))
+        }
+        if (!verify(null, signed.right.bytes, keyObjectOf(key), signature.right)) {
+          const changed = yield* recheck(key)
+          if (changed !== undefined) {
+            key = changed
+            continue
+          }
+          return yield* forbidden("signature-invalid")
+        }
+
+        // Step 4: schema version 1, then the closed metadata payload.
+        const checked = Stages.requireVersionAndMetadata(envelopeJson, head.right)
+        if (Either.isLeft(checked)) {
+          const changed = yield* recheck(key)
+          if (changed !== undefined) {
+            key = changed
+            continue
+          }
+          return yield* refuseStep4(checked.left)
+        }
+        const envelope = checked.right
+
+        // The key's state (step 3's other half), then steps 5 and 6: under the stream lock, check and commit, in
+        // one statement that is one transaction (autocommit): its answer arrives only after COMMIT, and a failure
+        // anywhere commits nothing.
+        const at = yield* now
+        const committed = yield* repo.ingest({
+          tenant,
+          project: route.project,
+          producer: route.producer,
+          sequence: envelope.sequence,
+          eventId: envelope.eventId,
+          idempotencyKey: envelope.idempotencyKey,
+          eventIdentity: signed.right.eventIdentity,
+          envelope: Stages.storedEnvelope(signed.right, envelope),
+          account: identity.account,
+          device: identity.device,
+          correlationId,
+          at,
+          expiresAt: new Date(at.getTime() + retentionMillis),
+          keyId,
+          publicKey: key.publicKey
+        }).pipe(Effect.catchTag("StorageFailure", unavailable(correlationId)))
+
+        // Step 7: only now, after COMMIT, is there anything to acknowledge.
+        const ack = { correlationId, eventIdentity: signed.right.eventIdentity, sequence: envelope.sequence, cursor: committed.cursor }
+        // Built without re-validation (`true`): every field is ours and already checked, and the HTTP
+        // edge encodes the answer through its schema anyway.
+        switch (committed.outcome) {
+          case "accepted":
+            return new EnvelopeAccepted({ outcome: "accepted", reason: "accepted", ...ack, cursor: committed.cursor }, true) as Acknowledgement
+          case "duplicate":
+            return new EnvelopeDuplicate({ outcome: "duplicate", reason: "duplicate", ...ack, cursor: committed.cursor }, true) as Acknowledgement
+          case "refused":
+            return yield* new EnvelopeConflict({ reason: committed.reason, correlationId })
+          case "key-refused":
+            // Revoked, expired or gone since its bytes were cached: its refusal's audit row committed with the statement.
+            yield* keys.evict(tenant, keyId)
+            yield* Effect.logDebug("envelope refused").pipe(Effect.annotateLogs({ reason: committed.reason }))
+            return yield* new EnvelopeForbidden({ reason: committed.reason, correlationId })
+          case "key-replaced":
+            // Nothing was written: look the key up (and cache its new bytes), then check the signature again.
+            key = yield* keyRefusal(keys.lookup(tenant, keyId))
+            continue
+        }
       }
-      if (!verify(null, signed.right.bytes, keyObjectOf(key), signature.right)) return yield* forbidden("signature-invalid")
-
-      // Step 4: schema version 1, then the closed metadata payload.
-      const checked = Stages.requireVersionAndMetadata(envelopeJson, head.right)
-      if (Either.isLeft(checked)) return yield* refuseStep4(checked.left)
-      const envelope = checked.right
-
-      // Steps 5 and 6: under the stream lock, check and commit, in one statement that is one transaction
-      // (autocommit): its answer arrives only after COMMIT, and a failure anywhere commits nothing.
-      const at = yield* now
-      const committed = yield* repo.ingest({
-        tenant: identity.tenant,
-        project: route.project,
-        producer: route.producer,
-        sequence: envelope.sequence,
-        eventId: envelope.eventId,
-        idempotencyKey: envelope.idempotencyKey,
-        eventIdentity: signed.right.eventIdentity,
-        envelope: Stages.storedEnvelope(signed.right, envelope),
-        account: identity.account,
-        device: identity.device,
-        correlationId,
-        at,
-        expiresAt: new Date(at.getTime() + retentionMillis)
-      }).pipe(Effect.catchTag("StorageFailure", unavailable(correlationId)))
-
-      // Step 7: only now, after COMMIT, is there anything to acknowledge.
-      const ack = { correlationId, eventIdentity: signed.right.eventIdentity, sequence: envelope.sequence, cursor: committed.cursor }
-      // Built without re-validation (`true`): every field is ours and already checked, and the HTTP
-      // edge encodes the answer through its schema anyway.
-      switch (committed.outcome) {
-        case "accepted":
-          return new EnvelopeAccepted({ outcome: "accepted", reason: "accepted", ...ack }, true) as Acknowledgement
-        case "duplicate":
-          return new EnvelopeDuplicate({ outcome: "duplicate", reason: "duplicate", ...ack }, true) as Acknowledgement
-        case "refused":
-          return yield* new EnvelopeConflict({ reason: committed.reason, correlationId })
-      }
+      return yield* Effect.fail(new InboxStorageUnavailable({ reason: "storage-unavailable", correlationId }))
     }, (effect, { correlationId }) => Effect.annotateLogs(effect, { correlationId }))
 
     const toState = (key: StreamKey, stream: { cursor: number; replayFloor: number; highSequence: number }) =>

@@ -86,6 +86,9 @@ export interface IngestWrite {
   readonly correlationId: string
   readonly at: Date
   readonly expiresAt: Date
+  /** The key the signature was verified with: its state is checked in the same transaction (step 3's half). */
+  readonly keyId: string
+  readonly publicKey: Uint8Array
 }
 
 /** Its answer: `reordered` is an accepted arrival out of order (audit only; the public outcome is `accepted`). */
@@ -93,7 +96,11 @@ const IngestRow = Schema.Union(
   Schema.Struct({ outcome: Schema.Literal("accepted"), reason: Schema.Literal("accepted", "reordered"), cursor: Int8 }),
   Schema.Struct({ outcome: Schema.Literal("duplicate"), reason: Schema.Literal("duplicate"), cursor: Int8 }),
   // Stryker disable next-line ObjectLiteral: an empty Struct passes any object through as it is, and a refused row (the only shape left) is read for its reason alone
-  Schema.Struct({ outcome: Schema.Literal("refused"), reason: ConflictReason, cursor: Int8 })
+  Schema.Struct({ outcome: Schema.Literal("refused"), reason: ConflictReason, cursor: Int8 }),
+  // Step 3's half that reads the key's state: refused, with its audit row committed and nothing else.
+  Schema.Struct({ outcome: Schema.Literal("key-refused"), reason: Schema.Literal("key-unknown", "key-revoked", "key-expired"), cursor: Schema.Null }),
+  // The key id now names other bytes than the caller verified with (purged, then registered again): nothing written.
+  Schema.Struct({ outcome: Schema.Literal("key-replaced"), reason: Schema.Literal("key-replaced"), cursor: Schema.Null })
 )
 export type IngestOutcome = typeof IngestRow.Type
 // Built once: the ingest statement runs on every envelope. Its parameters are already typed values of
@@ -229,15 +236,17 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       ${a.eventIdentity}, ${a.outcome}, ${a.reason}, ${a.correlationId}, ${a.refusalCount})`
     const countedColumns = sql`(recorded_at, tenant, project, producer, account, device, event_identity, outcome, reason, correlation_id, refusal_count)`
 
-    // Spec 000 steps 5 and 6 in one statement, so one transaction (migrations/0005_inbox_ingest_function.sql):
-    // lock the stream, check retained identities, replay floor and sequence, then commit identity, payload,
-    // cursor and audit row, or only the audit row of a duplicate or refusal.
+    // Spec 000 steps 5 and 6 in one statement, so one transaction (migrations/0005_inbox_ingest_function.sql),
+    // after the key's state (migrations/0033_inbox_ingest_key_check.sql): lock the stream, check retained
+    // identities, replay floor and sequence, then commit identity, payload, cursor and audit row, or only the
+    // audit row of a duplicate or refusal. Sent as a prepared statement (the backend's pool names statements
+    // that end with the marker): it runs for every envelope, so it is parsed and planned once per connection.
     const ingest = (w: IngestWrite) =>
       Effect.flatMap(
-        sql`
-        SELECT o_outcome AS outcome, o_reason AS reason, o_cursor AS cursor FROM inbox_ingest(
+        sql`SELECT o_outcome AS outcome, o_reason AS reason, o_cursor AS cursor FROM inbox_ingest(
           ${w.tenant}, ${w.project}, ${w.producer}, ${w.sequence}, ${w.eventId}, ${w.idempotencyKey}, ${w.eventIdentity},
-          ${w.envelope}, ${w.account}, ${w.device}, ${w.correlationId}, ${w.at}, ${w.expiresAt})`.withoutTransform,
+          ${w.envelope}, ${w.account}, ${w.device}, ${w.correlationId}, ${w.at}, ${w.expiresAt},
+          ${w.keyId}, ${Buffer.from(w.publicKey.buffer, w.publicKey.byteOffset, w.publicKey.byteLength)}) /* prepared */`.withoutTransform,
         (rows) => Effect.map(decodeIngestRows(rows), ([row]) => row)
       )
 
