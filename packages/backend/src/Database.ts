@@ -3,6 +3,7 @@ import { SqlClient, SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { runMigrations } from "@delivery/core"
 import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect"
+import { createHash } from "node:crypto"
 import * as Pg from "pg"
 import { AppConfig } from "./Config.ts"
 import { startEmbeddedPostgres } from "./EmbeddedPostgres.ts"
@@ -37,7 +38,34 @@ const connectTimeout = Duration.seconds(5)
 class BoundedConnectClient extends Pg.Client {
   constructor(config: Pg.ClientConfig = {}) {
     super({ ...config, connectionTimeoutMillis: Duration.toMillis(connectTimeout) })
+    const query = this.query.bind(this) as (...args: ReadonlyArray<unknown>) => unknown
+    // @effect/sql-pg sends every statement unnamed: parsed and planned again on every execution.
+    this.query = ((text: unknown, values?: unknown, callback?: unknown) =>
+      typeof text === "string" && text.endsWith(PREPARED_MARKER)
+        ? query({ text, values, name: preparedName(text) }, callback)
+        : query(text, values, callback)) as typeof this.query
   }
+}
+
+/**
+ * A statement whose text ends with this comment is sent as a named prepared statement: node-postgres parses it
+ * once per connection (and PostgreSQL plans it from then on as it sees fit) and afterwards sends only Bind and
+ * Execute. For the few statements that run on every request (the device credential lookup, the inbox's ingest):
+ * their texts are fixed, so each connection holds a handful of them. Never for statements built with a varying
+ * shape (lists, `sql.in`), which would pile up prepared statements for the life of the connection, nor for
+ * `SELECT *` (a column added by a migration would make the cached plan's result type fail).
+ */
+export const PREPARED_MARKER = "/* prepared */"
+
+const preparedNames = new Map<string, string>()
+/** The same text always gets the same name, so no connection ever sees one name for two statements. */
+const preparedName = (text: string): string => {
+  let name = preparedNames.get(text)
+  if (name === undefined) {
+    name = `delivery_${createHash("sha256").update(text).digest("hex").slice(0, 24)}`
+    preparedNames.set(text, name)
+  }
+  return name
 }
 
 /**

@@ -209,6 +209,8 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
       VALUES (${entry.tenant}, ${entry.action}, ${entry.subject}, ${entry.outcome}, ${entry.actor}, ${entry.at},
               ${entry.correlationId})`.withoutTransform
 
+    // The three credential lookups run on every authenticated request: `/* prepared */` makes the backend's pool
+    // send them as named prepared statements, parsed once per connection (packages/backend/src/Database.ts).
     const findApiKey = SqlSchema.findOne({
       Request: Schema.Struct({ lookupId: Schema.String, kind: Schema.String }),
       Result: ApiKeyRow,
@@ -217,7 +219,7 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
                k.expires_at, k.revoked_at, a.enabled AS account_enabled
         FROM identity_api_keys k
         JOIN identity_accounts a ON a.tenant_id = k.tenant_id AND a.id = k.account_id
-        WHERE k.lookup_id = ${r.lookupId} AND k.kind = ${r.kind}`.withoutTransform
+        WHERE k.lookup_id = ${r.lookupId} AND k.kind = ${r.kind} /* prepared */`.withoutTransform
     })
 
     const findDeviceCredential = SqlSchema.findOne({
@@ -228,7 +230,7 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
                d.expires_at, d.revoked_at, a.enabled AS account_enabled
         FROM identity_device_credentials d
         JOIN identity_accounts a ON a.tenant_id = d.tenant_id AND a.id = d.account_id
-        WHERE d.lookup_id = ${lookupId}`.withoutTransform
+        WHERE d.lookup_id = ${lookupId} /* prepared */`.withoutTransform
     })
 
     const insertSession = (r: {
@@ -250,7 +252,7 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
                a.enabled AS account_enabled
         FROM identity_sessions s
         JOIN identity_accounts a ON a.tenant_id = s.tenant_id AND a.id = s.account_id
-        WHERE s.lookup_id = ${lookupId}`.withoutTransform
+        WHERE s.lookup_id = ${lookupId} /* prepared */`.withoutTransform
     })
 
     // Idle wake's key projection (spec 001): the kind and lookup id are read as plain text, so a row that is not a
