@@ -12,6 +12,7 @@ import { OPERATOR_TOKEN, startBackend, tenantWithCredentials } from "./support/B
 import { signingKey } from "./support/Console.ts"
 import { envelopeProducer } from "./support/Envelopes.ts"
 import { call } from "./support/Http.ts"
+import { readScrape } from "./support/Scrape.ts"
 
 // docs/scaling.md through real processes: backends sharing one real Redis (started by the test on a free port), the
 // WORKERS supervisor with several processes on one port, and SIGTERM to all of them under load.
@@ -114,6 +115,8 @@ const openHealthConnection = (port: number) =>
     ({ socket }) => Effect.sync(() => socket.destroy())
   )
 
+const scrape = (port: number) => Effect.map(call(port, "GET", "/metrics"), (answer) => readScrape(answer.text))
+
 const eventually = <A, E, R>(what: string, probe: Effect.Effect<A, E, R>, check: (a: A) => boolean, timeout = Duration.seconds(30)) =>
   probe.pipe(
     Effect.filterOrFail(check, () => what),
@@ -153,7 +156,7 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
   )
 
   it.scoped(
-    "Redis stopped and restarted under load: while it is down every envelope is refused 503 storage-unavailable (the sync limit fails closed) and authentication still answers (the peer limit falls back to the process's own window); nothing answered 201 is missing; after Redis is back the same processes accept again without a restart",
+    "Redis stopped and restarted under load: while it is down every envelope is refused 503 storage-unavailable (the sync limit fails closed) and authentication still answers (the peer limit falls back to the process's own window); nothing answered 201 is missing; delivery_limit_store_up is 0 meanwhile and the failed commands are counted; after Redis is back the same processes accept again without a restart",
     () =>
       Effect.gen(function* () {
         const redis = yield* startRedis
@@ -166,7 +169,7 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
         const sender = (index: number) =>
           Effect.gen(function* () {
             const device = devices[index]!
-            for (let sequence = 1; ; sequence++) {
+            for (let sequence = 1; (yield* Ref.get(phase)) !== "done"; sequence++) {
               const answer = yield* send(sequence % 2 === 0 ? first.port : second.port, device.token, device.envelope(sequence))
               const now = yield* Ref.get(phase)
               yield* Ref.update(answers, (all) => [...all, { ...answer, phase: now }])
@@ -181,6 +184,7 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
         yield* redis.stop
         yield* Effect.sleep(Duration.millis(300))
         yield* Ref.set(phase, "outage")
+        expect((yield* scrape(first.port)).value("delivery_limit_store_up")).toBe(0)
         yield* Effect.sleep(Duration.seconds(2))
         yield* Ref.set(phase, "restarting")
         yield* redis.start
@@ -189,7 +193,9 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
           Ref.get(answers),
           (all) => all.filter((a) => a.phase === "restarting" && a.status === 201).length >= 20
         )
-        yield* Fiber.interrupt(senders)
+        // Stopped between requests, not interrupted: every request sent has its answer recorded.
+        yield* Ref.set(phase, "done")
+        yield* Fiber.join(senders)
 
         const all = yield* Ref.get(answers)
         const duringOutage = all.filter((a) => a.phase === "outage")
@@ -200,9 +206,12 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
         const stored = yield* acceptedIn(tenant)
         expect(accepted.filter((id) => !stored.has(id))).toEqual([])
         expect(stored.size).toBe(accepted.length)
-        for (const { backend } of [first, second]) {
+        for (const { backend, port } of [first, second]) {
           yield* backend.waitForOutput(/limit store unreachable/)
           expect((yield* backend.output).match(/limit store reachable/g)?.length).toBe(2)
+          const metrics = yield* scrape(port)
+          expect(metrics.value("delivery_limit_store_up")).toBe(1)
+          expect(metrics.sample("delivery_limit_store_errors_total")).toBeGreaterThan(0)
         }
       }),
     { timeout: 120_000 }
