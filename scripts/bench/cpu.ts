@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from "node:fs"
+import { readdirSync, readFileSync, readlinkSync } from "node:fs"
 
 // CPU time (seconds) read from /proc, so a run can say where its two cores went: the load generator,
 // the backend process, PostgreSQL (and pgbench). Linux only; elsewhere every figure reads 0.
@@ -103,5 +103,44 @@ export const peakRssMb = (pid: number | "self") => {
     return Math.round((kb / 1024) * 10) / 10
   } catch {
     return 0
+  }
+}
+
+/** The live children of `pid` (from each process's parent id in /proc). */
+export const childrenOf = (pid: number): Array<number> => {
+  try {
+    return readdirSync("/proc").filter((name) => /^\d+$/.test(name)).map(Number).filter((child) => ppidOf(statOf(child)) === pid)
+  } catch {
+    return []
+  }
+}
+
+/** Whether `pid` holds a TCP socket listening on `port` (its fds against /proc/net/tcp and tcp6). */
+export const listensOn = (pid: number, port: number) => {
+  try {
+    const inodes = new Set(
+      readdirSync(`/proc/${pid}/fd`).flatMap((fd) => {
+        try {
+          const match = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`))
+          return match === null ? [] : [match[1]!]
+        } catch {
+          return []
+        }
+      })
+    )
+    const hexPort = port.toString(16).toUpperCase().padStart(4, "0")
+    return ["/proc/net/tcp", "/proc/net/tcp6"].some((table) => {
+      try {
+        return readFileSync(table, "utf8").split("\n").slice(1).some((line) => {
+          const fields = line.trim().split(/\s+/)
+          // local_address ends with :PORT, st 0A is LISTEN, field 9 is the inode.
+          return fields[1]?.endsWith(`:${hexPort}`) === true && fields[3] === "0A" && inodes.has(fields[9] ?? "")
+        })
+      } catch {
+        return false
+      }
+    })
+  } catch {
+    return false
   }
 }

@@ -7,7 +7,7 @@ import { join } from "node:path"
 import { DeviceId, Email, Identity, TenantId } from "@delivery/identity"
 import { decodeUnsignedEnvelope, KeyId, KeySource, RawPublicKey, rawPublicKey, Signer, signEnvelope } from "@delivery/signer"
 import { freePort, MigratedDatabase, PgCluster, startCluster, TestDatabase } from "@delivery/testing"
-import { describeCpu, machineBusyCpu, measure, postgresCpu, processCpu, reapedChildrenCpu, selfCpu } from "./cpu.ts"
+import { childrenOf, describeCpu, listensOn, machineBusyCpu, measure, peakRssMb, postgresCpu, processCpu, reapedChildrenCpu, selfCpu } from "./cpu.ts"
 import { type PgbenchMode, runPgbench } from "./pgbench.ts"
 
 export interface InboxBenchOptions {
@@ -15,6 +15,8 @@ export interface InboxBenchOptions {
   readonly seconds: number
   /** fsync and synchronous_commit for the one cluster both sides share. */
   readonly fsync: boolean
+  /** Backend processes: 1 starts one; N > 1 starts the backend with WORKERS=N (a supervisor and N processes on one port). */
+  readonly processes: number
   readonly log: (line: string) => void
 }
 
@@ -25,6 +27,9 @@ export interface InboxBenchResult {
   readonly ours_c10: number
   readonly pgbench_c10: number
   readonly ratio_c10: number
+  /** Peak RSS (VmHWM) over the backend processes that served, in MB: the largest one. */
+  readonly rss_mb: number
+  readonly processes: number
 }
 
 const repoRoot = new URL("../../", import.meta.url).pathname
@@ -33,8 +38,14 @@ const round = (n: number) => Math.round(n * 10) / 10
 // Extra flags for the backend's bun, e.g. BENCH_BACKEND_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof" to profile it.
 const backendFlags = (process.env.BENCH_BACKEND_FLAGS ?? "").split(" ").filter(Boolean)
 
-/** A real backend process (`bun --no-env-file packages/backend/src/main.ts`), stopped with SIGTERM. */
-const startBackend = (databaseUrl: string, port: number) =>
+// Each backend process has its own pool of DATABASE_POOL_MAX connections; the cluster allows 100.
+const POOL_PER_PROCESS = 10
+
+/**
+ * A real backend (`bun --no-env-file packages/backend/src/main.ts`), stopped with SIGTERM. With processes > 1 it
+ * runs with WORKERS=N: the started process supervises N backend processes listening on one port.
+ */
+const startBackend = (databaseUrl: string, port: number, processes: number) =>
   Effect.acquireRelease(
     Effect.sync(() =>
       spawn(process.execPath, [...backendFlags, "--no-env-file", join(repoRoot, "packages/backend/src/main.ts")], {
@@ -48,6 +59,8 @@ const startBackend = (databaseUrl: string, port: number) =>
           PASSWORD_RESET_DELIVERY: "disabled",
           RECEIPT_DELIVERY: "disabled",
           LOG_LEVEL: "warn",
+          WORKERS: String(processes),
+          DATABASE_POOL_MAX: String(POOL_PER_PROCESS),
           // The bench measures the pipeline, not the limits: both are raised far past what it sends.
           IDENTITY_PEER_LIMIT: "1000000",
           SYNC_INGEST_LIMIT: "1000000000"
@@ -70,6 +83,19 @@ const startBackend = (databaseUrl: string, port: number) =>
         Effect.filterOrFail((response) => response.ok),
         Effect.retry({ schedule: Schedule.spaced("50 millis").pipe(Schedule.upTo("60 seconds")), while: () => true }),
         Effect.orDie
+      ))
+  ).pipe(
+    // The processes that serve: the started one, or the supervisor's N children once each of them listens.
+    Effect.flatMap((child) =>
+      Effect.suspend(() => {
+        if (processes === 1) return Effect.succeed({ child, servers: [child.pid!] })
+        const servers = childrenOf(child.pid!)
+        return servers.length === processes && servers.every((pid) => listensOn(pid, port))
+          ? Effect.succeed({ child, servers })
+          : Effect.fail("not yet" as const)
+      }).pipe(
+        Effect.retry({ schedule: Schedule.spaced("50 millis").pipe(Schedule.upTo("60 seconds")), while: () => true }),
+        Effect.orElse(() => Effect.dieMessage(`the backend did not start ${processes} listening processes`))
       ))
   )
 
@@ -131,9 +157,14 @@ export const runInboxBench = (options: InboxBenchOptions) =>
     }).pipe(Effect.provide(context))
 
     const port = yield* freePort
-    const backend = yield* startBackend(db.url, port)
+    const { child: backend, servers } = yield* startBackend(db.url, port, options.processes)
     const url = `http://127.0.0.1:${port}/controlplane/v1/envelopes`
-    log(`backend pid ${backend.pid} on port ${port}`)
+    log(
+      options.processes === 1
+        ? `backend pid ${backend.pid} on port ${port} (pool ${POOL_PER_PROCESS})`
+        : `backend supervisor pid ${backend.pid}, WORKERS=${options.processes}: pids ${servers.join(", ")} on port ${port} (pool ${POOL_PER_PROCESS} each)`
+    )
+    const backendCpu = () => servers.reduce((sum, pid) => sum + processCpu(pid), 0)
 
     // Pre-signed bodies: enough for the fastest rate plausible on two cores, so the deadline ends each run.
     const perProducer = (rate: number, producers: number) => Math.ceil((rate * seconds) / producers)
@@ -144,7 +175,7 @@ export const runInboxBench = (options: InboxBenchOptions) =>
 
     yield* Effect.promise(() => Promise.all([0, 1, 2, 3].map((i) => producerLoop(url, tokens[11]!, warmup.slice(i * 250, (i + 1) * 250), Infinity))))
 
-    const oursProbes = { client: selfCpu, backend: () => processCpu(backend.pid!), postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
+    const oursProbes = { client: selfCpu, backend: backendCpu, postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
     const pgProbes = { pgbench: reapedChildrenCpu, postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
     const scriptDir = mkdtempSync(join(tmpdir(), "bench-inbox-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(scriptDir, { recursive: true, force: true })))
@@ -181,13 +212,18 @@ export const runInboxBench = (options: InboxBenchOptions) =>
     const pgC10Extended = yield* reference(10, "extended")
     report("pgbench c10 -M extended", pgC10Extended, pgC10Extended.result, "tx/s")
 
+    // Read while the processes still run: VmHWM is each one's peak over the whole bench.
+    const peaks = servers.map((pid) => peakRssMb(pid))
+    log(`backend peak RSS: ${peaks.map((mb) => `${mb} MB`).join(", ")} (VmHWM${servers.length > 1 ? " per process" : ""})`)
     const result: InboxBenchResult = {
       bench: "inbox",
       ours_c1: round(oursC1.result / oursC1.wall),
       pgbench_c1: round(pgC1.result),
       ours_c10: round(oursC10.result / oursC10.wall),
       pgbench_c10: round(pgC10.result),
-      ratio_c10: Math.round((oursC10.result / oursC10.wall / pgC10.result) * 1000) / 1000
+      ratio_c10: Math.round((oursC10.result / oursC10.wall / pgC10.result) * 1000) / 1000,
+      rss_mb: Math.max(...peaks),
+      processes: options.processes
     }
     const ratio = (a: number, b: number) => Math.round((a / b) * 1000) / 1000
     log(`ratio c1 = ${ratio(result.ours_c1, result.pgbench_c1)}, ratio c10 = ${result.ratio_c10} (ours / pgbench -M prepared; the JSON's figures)`)
