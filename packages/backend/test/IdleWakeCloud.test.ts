@@ -406,10 +406,15 @@ layer(TestDatabaseLive, { excludeTestServices: true, timeout: 240_000 })("idle w
       )
       expect(yield* probePort(idle.port)).toBe("refused")
       // The busy one was offered cycles too, and refused them.
-      yield* Effect.sleep("3 seconds")
-      const busyState = yield* stackState(cloud, busy)
-      expect(busyState.state).toBe("awake")
-      expect(busyState.audit.map((entry: { action: string }) => entry.action)).toContain("sleep-aborted")
+      yield* stackState(cloud, busy).pipe(
+        Effect.repeat({
+          until: (state: { readonly audit: ReadonlyArray<{ readonly action: string }> }) =>
+            state.audit.some((entry) => entry.action === "sleep-aborted"),
+          schedule: Schedule.spaced("200 millis")
+        }),
+        Effect.timeout("20 seconds")
+      )
+      expect((yield* stackState(cloud, busy)).state).toBe("awake")
       expect(yield* probePort(busy.port)).toBe("open")
     }))
 

@@ -169,8 +169,9 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
         const sender = (index: number) =>
           Effect.gen(function* () {
             const device = devices[index]!
-            for (let sequence = 1; (yield* Ref.get(phase)) !== "done"; sequence++) {
-              const answer = yield* send(sequence % 2 === 0 ? first.port : second.port, device.token, device.envelope(sequence))
+            // Requests alternate between the processes, retries included, so each one meets the outage.
+            for (let sequence = 1, request = 0; (yield* Ref.get(phase)) !== "done"; sequence++, request++) {
+              const answer = yield* send(request % 2 === 0 ? first.port : second.port, device.token, device.envelope(sequence))
               const now = yield* Ref.get(phase)
               yield* Ref.update(answers, (all) => [...all, { ...answer, phase: now }])
               // A refused envelope is sent again, as a producer does, so the stream has no gap.
