@@ -57,9 +57,22 @@ export const recordOutcome = (family: DeliveryFamily, outcome: DeliveryOutcome, 
   count <= 0 ? Effect.void : Metric.incrementBy(Metric.tagged(Metric.tagged(outcomes, "family", family), "outcome", outcome), count)
 
 /** Times a provider call that returned an outcome; an interrupted call (shutdown) has no duration to report. */
-export const timeProviderCall =
-  (family: DeliveryFamily) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    Metric.trackDurationWith(self, Metric.tagged(providerCallSeconds, "family", family), Duration.toSeconds)
+export const timeProviderCall = (family: DeliveryFamily) => {
+  const histogram = providerCallHistogram(family)
+  return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Metric.trackDurationWith(self, histogram, Duration.toSeconds)
+}
+
+// Tagged once per family, not per call: tagging builds and hashes a new metric key, on every delivery.
+const providerCallHistograms = new Map<DeliveryFamily, Metric.Metric.Histogram<number>>()
+const providerCallHistogram = (family: DeliveryFamily) => {
+  let histogram = providerCallHistograms.get(family)
+  if (histogram === undefined) {
+    histogram = Metric.tagged(providerCallSeconds, "family", family)
+    providerCallHistograms.set(family, histogram)
+  }
+  return histogram
+}
 
 export const recordLimiterRefusal = (reason: LimiterReason): Effect.Effect<void> =>
   Metric.increment(Metric.tagged(limiterRefusals, "reason", reason))

@@ -93,7 +93,7 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
             endpoint: row.endpoint,
             body: row.envelope,
             attempt: row.attempt
-          }).pipe(Effect.withSpan("OutboxDelivery.deliver", { attributes: { "delivery.family": "outbox" } }))
+          }).pipe(Effect.withSpan("OutboxDelivery.deliver", { attributes: { "delivery.family": "outbox" }, captureStackTrace: false }))
           recorder.add(row, outcome)
         }
       })
