@@ -17,6 +17,8 @@ interface ExportedSpan {
   readonly name: string
   readonly attributes: Readonly<Record<string, unknown>>
   readonly service: unknown
+  readonly spanId: string
+  readonly parentSpanId: string | undefined
 }
 
 /** A collector on 127.0.0.1 that accepts OTLP/HTTP JSON on POST /v1/traces and keeps every request body. */
@@ -46,6 +48,8 @@ const spansOf = (bodies: ReadonlyArray<string>): Array<ExportedSpan> =>
         (scope.spans as Array<any>).map((span): ExportedSpan => ({
           name: span.name,
           service,
+          spanId: span.spanId,
+          parentSpanId: span.parentSpanId || undefined,
           attributes: Object.fromEntries((span.attributes ?? []).map((attribute: any) => [attribute.key, valueOf(attribute.value)]))
         }))
       )
@@ -71,7 +75,7 @@ const SuiteLayer = Layer.mergeAll(Identity.Default, LoopbackProvider.Default).pi
 
 layer(SuiteLayer, { excludeTestServices: true })("traces and JSON logs of a real backend process", (it) => {
   it.scoped(
-    "with OTEL_EXPORTER_OTLP_ENDPOINT the collector gets the spans of an ingest and of a delivery (server, inbox, enqueue, claim, delivery, provider call), each request's carrying the response's x-correlation-id; no span attribute holds the payload, a signature or a token; with LOG_FORMAT=json every output line is a JSON object with message and logLevel",
+    "with OTEL_EXPORTER_OTLP_ENDPOINT the collector gets the spans of an ingest and of a delivery (server, inbox, enqueue, claim, delivery, provider call; the provider call nested in the delivery, the delivery in the worker's tick), each request's carrying the response's x-correlation-id; no span attribute holds the payload, a signature or a token; with LOG_FORMAT=json every output line is a JSON object with message and logLevel",
     () =>
       Effect.gen(function* () {
         const otlp = yield* collector
@@ -137,6 +141,11 @@ layer(SuiteLayer, { excludeTestServices: true })("traces and JSON logs of a real
         expect(named("OutboxDelivery.claim").some((span) => span.attributes["delivery.claimed"] === 1)).toBe(true)
         expect(named("OutboxDelivery.deliver").map((span) => span.attributes)).toEqual([{ "delivery.family": "outbox" }])
         expect(named("ProviderHttp.send").map((span) => span.attributes["provider.outcome"])).toEqual(["provider-2xx"])
+        // A delivery runs in a context of its own (only the parent span and the fetch settings): its spans still nest,
+        // the send in the delivery, the delivery in the worker's tick.
+        const parentOf = (span: ExportedSpan) => spans.find((candidate) => candidate.spanId === span.parentSpanId)?.name
+        expect(named("ProviderHttp.send").map(parentOf)).toEqual(["OutboxDelivery.deliver"])
+        expect(named("OutboxDelivery.deliver").map(parentOf)).toEqual(["OutboxDelivery.tick"])
 
         const exported = otlp.bodies.join("\n")
         for (const secret of [PAYLOAD_MARKER, signature, tenant.device, tenant.apiKey, OPERATOR_TOKEN, key.seed, TENANT, "/hooks/traces"]) {
