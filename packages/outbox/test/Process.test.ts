@@ -128,7 +128,9 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       // interval (100 ms) and the write then under way, on a machine shared with other work.
       expect(inFlight.length).toBeLessThanOrEqual(10)
       expect(ages.filter((age) => age > 100 + RECORDING_WRITE_ALLOWANCE_MS)).toEqual([])
-    }).pipe(Effect.scoped))
+    }).pipe(Effect.scoped),
+    // Its own waits take about 15 s (a batch at 20 deliveries a second, a 12 s lease), each bounded by 60 s.
+    { timeout: 150_000 })
 
   it.effect("a stale worker resumed (SIGSTOP, SIGCONT) after its lease was taken over cannot move the row: its late outcome is refused as LeaseLost", () =>
     Effect.gen(function*() {
