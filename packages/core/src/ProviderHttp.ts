@@ -179,7 +179,7 @@ export const sendWith = (client: HttpClient.HttpClient, request: ProviderRequest
     const exchange = HttpClient.withTracerPropagation(client, false).execute(base).pipe(
       Effect.flatMap((response) => {
         decided = classifyStatus(response.status, retryAfterOf(response))
-        return drain(response)
+        return Effect.as(drain(response), decided)
       }),
       withManualRedirects,
       // Caller headers may carry signatures; spans keep their names, not values.
@@ -191,12 +191,10 @@ export const sendWith = (client: HttpClient.HttpClient, request: ProviderRequest
     )
     return exchange.pipe(
       Effect.timeoutFail({ duration: request.timeout, onTimeout: () => "timeout" as const }),
-      Effect.matchEffect({
+      Effect.match({
         onFailure: (error: HttpClientError.HttpClientError | "timeout") =>
-          Effect.succeed(
-            decided ?? (error === "timeout" ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error.cause))
-          ),
-        onSuccess: () => Effect.succeed(decided!)
+          decided ?? (error === "timeout" ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error.cause)),
+        onSuccess: (outcome) => outcome
       }),
       Effect.tap((outcome) => Effect.annotateCurrentSpan("provider.outcome", outcome.code)),
       // A stack trace per call costs more CPU than the rest of the span; the name says where it comes from.
