@@ -27,16 +27,32 @@ export const INGEST_ROUTE: string = EnvelopeInboxApi.endpoints.ingest!.path
 const ingestOutcome = (status: number) =>
   status === 201 ? "accepted" : status === 200 ? "duplicate" : status === 429 ? "rate-limited" : status < 500 ? "refused" : "unavailable"
 
+// Label sets are made once per value and reused: Effect caches a tagged metric's registry entry by the identity of
+// its label array, so a new array per request would build and hash a new metric key on every answer.
+const labelSets = new Map<string, ReadonlyArray<MetricLabel.MetricLabel>>()
+const labels = (key: string, make: () => ReadonlyArray<MetricLabel.MetricLabel>) => {
+  let set = labelSets.get(key)
+  if (set === undefined) {
+    set = make()
+    labelSets.set(key, set)
+  }
+  return set
+}
+
 /**
  * One answered request. Synchronous (`unsafeUpdate`), for the edge's answer path; `method` and `route` are labels
- * already (RouteLabels), so every label value is from a closed set.
+ * already (RouteLabels), so every label value is from a closed set (and `labelSets` stays bounded).
  */
 export const observeRequest = (method: string, route: string, status: number, elapsedSeconds: number) => {
-  const methodTag = MetricLabel.make("method", method)
-  const routeTag = MetricLabel.make("route", route)
-  requests.unsafeUpdate(1, [methodTag, routeTag, MetricLabel.make("status", String(status))])
-  requestSeconds.unsafeUpdate(elapsedSeconds, [methodTag, routeTag])
+  const counted = labels(`${method} ${route} ${status}`, () => [
+    MetricLabel.make("method", method),
+    MetricLabel.make("route", route),
+    MetricLabel.make("status", String(status))
+  ])
+  requests.unsafeUpdate(1, counted)
+  requestSeconds.unsafeUpdate(elapsedSeconds, labels(`${method} ${route}`, () => counted.slice(0, 2)))
   if (method === "POST" && route === INGEST_ROUTE) {
-    ingestSeconds.unsafeUpdate(elapsedSeconds, [MetricLabel.make("outcome", ingestOutcome(status))])
+    const outcome = ingestOutcome(status)
+    ingestSeconds.unsafeUpdate(elapsedSeconds, labels(`ingest ${outcome}`, () => [MetricLabel.make("outcome", outcome)]))
   }
 }

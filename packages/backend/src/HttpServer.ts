@@ -195,6 +195,8 @@ export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOp
       })
       // A fiber interrupted before it answered (drain bound reached, client gone) still settles its request.
       fiber.addObserver(() => {
+        // Built only when unanswered: a refusal's construction and encoding cost more than the rest of this path.
+        if (exchange.answered) return
         exchange.kind ??= "interrupted"
         answer(exchange, refusalResponse(shuttingDown(exchange.id)))
       })

@@ -1,4 +1,4 @@
-import { Duration, Effect, Metric, MetricBoundaries } from "effect"
+import { Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
 
 // The measurements every delivery family makes, as Effect metrics. The backend exports them (GET /metrics); a
 // package only records. Every label value is one of the closed sets below: never a tenant, an id, an address or a
@@ -36,12 +36,12 @@ export type LimiterReason =
   | "wake-source-waiting-full"
   | "wake-preparations-full"
 
-const outcomes = Metric.counter("delivery_outcomes", {
+const outcomes = MetricKey.counter("delivery_outcomes", {
   description: "Attempt outcomes recorded by each family's worker (fenced writes that landed), by family and outcome",
   incremental: true
 })
 
-const providerCallSeconds = Metric.histogram(
+const providerCallSeconds = MetricKey.histogram(
   "delivery_provider_call_duration_seconds",
   MetricBoundaries.fromIterable([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]),
   "Duration of one provider call (HTTP to a receiver, a mail provider or a tenant stack), by family"
@@ -52,26 +52,41 @@ const limiterRefusals = Metric.counter("delivery_limiter_refusals", {
   incremental: true
 })
 
+/**
+ * One metric per label set, made once. `Metric.tagged` would join its labels to the fiber's on every update, and a new
+ * label array misses Effect's registry cache: a metric key built and hashed again on every delivery. A metric made
+ * from an already tagged key finds its registry entry once and keeps it. Label values come from closed sets.
+ */
+const outcomeCounters = new Map<string, Metric.Metric.Counter<number>>()
+const outcomeCounter = (family: DeliveryFamily, outcome: DeliveryOutcome) => {
+  const id = `${family} ${outcome}`
+  let counter = outcomeCounters.get(id)
+  if (counter === undefined) {
+    counter = Metric.fromMetricKey(MetricKey.taggedWithLabels(outcomes, [MetricLabel.make("family", family), MetricLabel.make("outcome", outcome)]))
+    outcomeCounters.set(id, counter)
+  }
+  return counter
+}
+
+const providerCallHistograms = new Map<DeliveryFamily, Metric.Metric.Histogram<number>>()
+const providerCallHistogram = (family: DeliveryFamily) => {
+  let histogram = providerCallHistograms.get(family)
+  if (histogram === undefined) {
+    histogram = Metric.fromMetricKey(MetricKey.taggedWithLabels(providerCallSeconds, [MetricLabel.make("family", family)]))
+    providerCallHistograms.set(family, histogram)
+  }
+  return histogram
+}
+
 /** Counts `count` attempts of `family` that ended in `outcome`; call it after the outcome's write committed. */
 export const recordOutcome = (family: DeliveryFamily, outcome: DeliveryOutcome, count = 1): Effect.Effect<void> =>
-  count <= 0 ? Effect.void : Metric.incrementBy(Metric.tagged(Metric.tagged(outcomes, "family", family), "outcome", outcome), count)
+  count <= 0 ? Effect.void : Metric.incrementBy(outcomeCounter(family, outcome), count)
 
 /** Times a provider call that returned an outcome; an interrupted call (shutdown) has no duration to report. */
 export const timeProviderCall = (family: DeliveryFamily) => {
   const histogram = providerCallHistogram(family)
   return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Metric.trackDurationWith(self, histogram, Duration.toSeconds)
-}
-
-// Tagged once per family, not per call: tagging builds and hashes a new metric key, on every delivery.
-const providerCallHistograms = new Map<DeliveryFamily, Metric.Metric.Histogram<number>>()
-const providerCallHistogram = (family: DeliveryFamily) => {
-  let histogram = providerCallHistograms.get(family)
-  if (histogram === undefined) {
-    histogram = Metric.tagged(providerCallSeconds, "family", family)
-    providerCallHistograms.set(family, histogram)
-  }
-  return histogram
 }
 
 export const recordLimiterRefusal = (reason: LimiterReason): Effect.Effect<void> =>
