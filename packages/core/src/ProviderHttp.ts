@@ -1,6 +1,5 @@
-import { FetchHttpClient, Headers, HttpClient, HttpClientRequest } from "@effect/platform"
-import type { HttpClientError, HttpClientResponse } from "@effect/platform"
-import { Cause, type Duration, Effect, Layer, Option, Schema, Stream } from "effect"
+import { FetchHttpClient } from "@effect/platform"
+import { Cause, Context, Duration, Effect, type Layer, Schema } from "effect"
 import { dual } from "effect/Function"
 import { AmbiguousCode, DeliveredCode, RejectedCode, TemporaryCode } from "./ErrorCodes.ts"
 import type { ProviderEndpoint } from "./ProviderEndpoint.ts"
@@ -80,9 +79,9 @@ const checkRequest = (request: ProviderRequest): string | undefined => {
 
 // Only Retry-After leaves the adapter, and only when it looks like one: it
 // ends up in rows, and a provider must not be able to write arbitrary text there.
-const retryAfterOf = (response: HttpClientResponse.HttpClientResponse): { retryAfter?: string } => {
-  const value = response.headers["retry-after"]
-  return value !== undefined && RETRY_AFTER.test(value) ? { retryAfter: value } : {}
+const retryAfterOf = (response: Response): { retryAfter?: string } => {
+  const value = response.headers.get("retry-after")
+  return value !== null && RETRY_AFTER.test(value) ? { retryAfter: value } : {}
 }
 
 export const classifyStatus = (code: number, extra: { retryAfter?: string } = {}): ProviderOutcome => {
@@ -142,76 +141,77 @@ export const classifyTransportError = (cause: unknown): ProviderOutcome => {
 // Bodies up to this size with a declared length are read in one call; others go through a stream.
 const smallBodyBytes = 64 * 1024
 
-const drain = (response: HttpClientResponse.HttpClientResponse) => {
-  // The body is read and discarded so the connection can be reused; it is never kept. The status already
-  // decided the outcome, so a failing or slow drain changes nothing. A small declared body is read in one
-  // call (a Stream costs ~0.5 ms of CPU per response on Bun); anything else streams, so memory stays bounded.
-  const length = Number(response.headers["content-length"] ?? Number.NaN)
-  const read = Number.isFinite(length) && length <= smallBodyBytes ? response.arrayBuffer : Stream.runDrain(response.stream)
-  return Effect.ignore(read)
+// The body is read and discarded so the connection can be reused; it is never kept. The status already decided the
+// outcome, so a failing or slow drain changes nothing. A small declared body is read in one call; anything else is
+// read chunk by chunk and dropped, so memory stays bounded.
+const drain = async (response: Response): Promise<void> => {
+  const length = Number(response.headers.get("content-length") ?? Number.NaN)
+  if (Number.isFinite(length) && length <= smallBodyBytes) {
+    await response.arrayBuffer()
+    return
+  }
+  const reader = response.body?.getReader()
+  if (reader === undefined) return
+  while (!(await reader.read()).done) {
+    // discarded
+  }
 }
 
 /**
- * POSTs once, never follows a redirect, and classifies the result. Never
- * fails; if the calling fiber is interrupted, this effect is interrupted too
- * and the request is aborted (see `onInterrupted`, `interruptionAsAmbiguous`).
+ * POSTs once with fetch, never follows a redirect, and classifies the result. Never fails; if the calling fiber is
+ * interrupted, this effect is interrupted too and the request is aborted (see `onInterrupted`,
+ * `interruptionAsAmbiguous`). One timeout bounds the status and the body drain together: once the status arrived
+ * the outcome is decided, and the timeout only ends the drain.
+ *
+ * Plain fetch rather than @effect/platform's HttpClient: the client's request and response models, its span and
+ * the fiber it forks per call cost two to three times the exchange itself, on every delivery. What the client would
+ * add is not wanted here anyway: no trace headers go to a third party (they would leak internal ids), and no span
+ * records the URL or the caller's headers (they may carry signatures). `FetchHttpClient.Fetch` and
+ * `FetchHttpClient.RequestInit` from the context are honoured, so a deployment or a test can still supply its own;
+ * `redirect` is always "manual".
  */
-export const send = (
-  request: ProviderRequest
-): Effect.Effect<ProviderOutcome, never, HttpClient.HttpClient> =>
-  Effect.flatMap(HttpClient.HttpClient, (client) => sendWith(client, request))
-
-export const sendWith = (client: HttpClient.HttpClient, request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
-  Effect.suspend(() => {
+export const send = (request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
+  Effect.contextWithEffect((context: Context.Context<never>) => {
     const invalid = checkRequest(request)
     if (invalid !== undefined) return Effect.dieMessage(`ProviderHttp.send: ${invalid}`)
-    const base = HttpClientRequest.post(request.endpoint).pipe(
-      HttpClientRequest.setHeaders(request.headers ?? {}),
-      typeof request.body === "string"
-        ? HttpClientRequest.bodyText(request.body, request.contentType)
-        : HttpClientRequest.bodyUint8Array(request.body, request.contentType),
-      HttpClientRequest.setHeader("idempotency-key", request.idempotencyKey)
-    )
-    // Set once the status arrived: from then on the outcome is decided, and the timeout (one for the
-    // status and the body drain together, so the drain gets what is left of it) only ends the drain.
-    let decided: ProviderOutcome | undefined
-    // Trace headers would leak internal ids to a third party.
-    const exchange = HttpClient.withTracerPropagation(client, false).execute(base).pipe(
-      Effect.flatMap((response) => {
-        decided = classifyStatus(response.status, retryAfterOf(response))
-        return Effect.as(drain(response), decided)
-      }),
-      withManualRedirects,
-      // Caller headers may carry signatures; spans keep their names, not values.
-      Effect.locallyWith(Headers.currentRedactedNames, (names) => [
-        ...names,
-        // Stryker disable next-line MethodExpression: Headers.redact lowercases every name it is given, so the case passed here cannot change what is redacted
-        ...Object.keys(request.headers ?? {}).map((name) => name.toLowerCase())
-      ])
-    )
-    return exchange.pipe(
-      Effect.timeoutFail({ duration: request.timeout, onTimeout: () => "timeout" as const }),
-      Effect.match({
-        onFailure: (error: HttpClientError.HttpClientError | "timeout") =>
-          decided ?? (error === "timeout" ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error.cause)),
-        onSuccess: (outcome) => outcome
-      }),
-      Effect.tap((outcome) => Effect.annotateCurrentSpan("provider.outcome", outcome.code)),
-      // A stack trace per call costs more CPU than the rest of the span; the name says where it comes from.
-      Effect.withSpan("ProviderHttp.send", { captureStackTrace: false })
-    )
-  })
-
-// fetch follows redirects by default (turning a POST into a GET on 302);
-// "manual" hands the 3xx back so it is classified, never followed. Existing
-// RequestInit options from the environment are kept.
-const withManualRedirects = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.serviceOption(FetchHttpClient.RequestInit), (init) =>
-    Effect.provideService(effect, FetchHttpClient.RequestInit, {
-      // Stryker disable next-line ArrowFunction: spreading undefined adds no property, exactly like spreading {}
-      ...Option.getOrElse(init, () => ({})),
-      redirect: "manual"
-    }))
+    const fetchOf = Context.getOrElse(context, FetchHttpClient.Fetch, () => globalThis.fetch)
+    const init = Context.getOrElse(context, FetchHttpClient.RequestInit, () => ({}))
+    const headers = new Headers(request.headers)
+    headers.set("content-type", request.contentType)
+    headers.set("idempotency-key", request.idempotencyKey)
+    return Effect.async<ProviderOutcome>((resume) => {
+      const controller = new AbortController()
+      let decided: ProviderOutcome | undefined
+      let settled = false
+      const settle = (outcome: ProviderOutcome) => {
+        if (settled) return
+        settled = true
+        clearTimeout(timer)
+        resume(Effect.succeed(outcome))
+      }
+      const timer = setTimeout(() => {
+        controller.abort()
+        settle(decided ?? new Ambiguous({ code: "provider-timeout" }))
+      }, Duration.toMillis(Duration.decode(request.timeout)))
+      fetchOf(request.endpoint, { ...init, method: "POST", headers, body: request.body, redirect: "manual", signal: controller.signal }).then(
+        (response) => {
+          decided = classifyStatus(response.status, retryAfterOf(response))
+          const outcome = decided
+          drain(response).then(() => settle(outcome), () => settle(outcome))
+        },
+        (error: unknown) => settle(classifyTransportError(error))
+      )
+      return Effect.sync(() => {
+        settled = true
+        clearTimeout(timer)
+        controller.abort()
+      })
+    })
+  }).pipe(
+    Effect.tap((outcome) => Effect.annotateCurrentSpan("provider.outcome", outcome.code)),
+    // A stack trace per call costs more CPU than the rest of the span; the name says where it comes from.
+    Effect.withSpan("ProviderHttp.send", { captureStackTrace: false })
+  )
 
 /**
  * Runs `record` with an `Ambiguous` outcome when `self` is interrupted (for
@@ -249,14 +249,10 @@ export const interruptionAsAmbiguous = <E, R>(
       ? Effect.succeed<ProviderOutcome>(new Ambiguous({ code: "provider-interrupted" }))
       : Effect.failCause(cause))
 
-/** The adapter as a service: yields the `HttpClient` once so `send` needs nothing. */
+/** The adapter as a service, for packages that take their provider calls from the context. */
 export class ProviderHttp extends Effect.Service<ProviderHttp>()("@delivery/core/ProviderHttp", {
-  effect: Effect.map(HttpClient.HttpClient, (client) => ({
-    send: (request: ProviderRequest) => sendWith(client, request)
-  }))
+  succeed: { send }
 }) {
-  /** On Bun the client is fetch-based; `send` still forces manual redirects itself. */
-  static readonly layerFetch: Layer.Layer<ProviderHttp> = ProviderHttp.Default.pipe(
-    Layer.provide(FetchHttpClient.layer)
-  )
+  /** The service over fetch (the only transport); the name stays for the layers that provide it. */
+  static readonly layerFetch: Layer.Layer<ProviderHttp> = ProviderHttp.Default
 }

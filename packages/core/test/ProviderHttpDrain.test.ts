@@ -1,4 +1,4 @@
-import { FetchHttpClient, HttpClient, type HttpClientResponse } from "@effect/platform"
+import { FetchHttpClient } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Either } from "effect"
 import * as Http from "node:http"
@@ -53,20 +53,25 @@ const requestTo = (url: string, timeout: Duration.DurationInput): ProviderHttp.P
   timeout
 })
 
-// The real fetch client, with each response wrapped to record which of its body readers the adapter
-// used. The request and the response still cross a real socket.
-const recordingReads = Effect.map(HttpClient.HttpClient, (client) => {
+// The real fetch, with each response wrapped to record which of its body readers the adapter used. The
+// request and the response still cross a real socket.
+const recordingReads = () => {
   const reads: Array<string> = []
-  const recorded = HttpClient.transformResponse(client, (effect) =>
-    Effect.map(effect, (response): HttpClientResponse.HttpClientResponse =>
-      new Proxy(response, {
-        get: (target, property) => {
-          if (property === "arrayBuffer" || property === "stream") reads.push(property)
-          return Reflect.get(target, property, target)
-        }
-      })))
-  return { client: recorded, reads }
-})
+  const recording: typeof globalThis.fetch = Object.assign(
+    (input: Parameters<typeof globalThis.fetch>[0], init?: RequestInit) =>
+      globalThis.fetch(input, init).then((response) =>
+        new Proxy(response, {
+          get: (target, property) => {
+            if (property === "arrayBuffer") reads.push("arrayBuffer")
+            if (property === "body") reads.push("stream")
+            const value = Reflect.get(target, property, target)
+            return typeof value === "function" ? value.bind(target) : value
+          }
+        })),
+    { preconnect: globalThis.fetch.preconnect }
+  )
+  return { fetch: recording, reads }
+}
 
 const bytes = (n: number) => "b".repeat(n)
 
@@ -95,12 +100,14 @@ describe("ProviderHttp body drain", () => {
       ]
       for (const [name, answer, expected] of cases) {
         const served = yield* serve(answer)
-        const { client, reads } = yield* recordingReads
-        const outcome = yield* ProviderHttp.sendWith(client, requestTo(served.url, "5 seconds"))
+        const { fetch, reads } = recordingReads()
+        const outcome = yield* ProviderHttp.send(requestTo(served.url, "5 seconds")).pipe(
+          Effect.provideService(FetchHttpClient.Fetch, fetch)
+        )
         expect(outcome._tag).not.toBe("Ambiguous")
         expect([name, reads]).toEqual([name, [expected]])
       }
-    }).pipe(Effect.provide(FetchHttpClient.layer)))
+    }))
 
   it.scopedLive("the body drain gets what is left of the timeout: a body still arriving within it is read to its end", () =>
     Effect.gen(function*() {
@@ -114,7 +121,7 @@ describe("ProviderHttp body drain", () => {
       // The adapter waited for the end of the body rather than giving up on it at once.
       expect(Duration.toMillis(elapsed)).toBeGreaterThanOrEqual(250)
       expect(served.endings).toEqual(["finished"])
-    }).pipe(Effect.provide(FetchHttpClient.layer)))
+    }))
 
   it.scopedLive("a body that never ends cannot hold the send past its timeout, and the status still decides the outcome", () =>
     Effect.gen(function*() {
@@ -125,5 +132,5 @@ describe("ProviderHttp body drain", () => {
       const [elapsed, outcome] = yield* Effect.timed(ProviderHttp.send(requestTo(served.url, "400 millis")))
       expect(outcome).toEqual(new ProviderHttp.Temporary({ code: "provider-5xx", status: 503, retryAfter: "30" }))
       expect(Duration.toMillis(elapsed)).toBeLessThan(5_000)
-    }).pipe(Effect.provide(FetchHttpClient.layer)))
+    }))
 })
