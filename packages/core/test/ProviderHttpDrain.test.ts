@@ -123,6 +123,17 @@ describe("ProviderHttp body drain", () => {
       expect(served.endings).toEqual(["finished"])
     }))
 
+  it.scopedLive("a body cut off mid-way ends the drain at once: the status decides without waiting for the timeout", () =>
+    Effect.gen(function*() {
+      const served = yield* serve((res) => {
+        res.writeHead(200, { "content-length": "100000" })
+        res.write(bytes(10), () => res.socket?.destroy())
+      })
+      const [elapsed, outcome] = yield* Effect.timed(ProviderHttp.send(requestTo(served.url, "10 seconds")))
+      expect(outcome).toEqual(new ProviderHttp.Delivered({ code: "provider-2xx", status: 200 }))
+      expect(Duration.toMillis(elapsed)).toBeLessThan(5_000)
+    }))
+
   it.scopedLive("a body that never ends cannot hold the send past its timeout, and the status still decides the outcome", () =>
     Effect.gen(function*() {
       const served = yield* serve((res) => {

@@ -37,10 +37,11 @@ const PEEK_EVERY_MS = 200
 type Recorder = Effect.Effect.Success<ReturnType<typeof makeRecorder>>
 
 /**
- * The context a delivery runs in: the parent span and the fetch client's optional settings. The sender
- * took every service it uses when it was built (its type requires none); the rest of the worker's
- * context (every service of the backend) only made each request's child fibers (its timeout) costlier
- * to join, since their contexts are compared entry by entry: about 60 µs of CPU per delivery.
+ * The context a delivery runs in: the parent span and the fetch settings the provider adapter honours. The
+ * sender took every service it uses when it was built (its type requires none); the rest of the worker's
+ * context (every service of the backend) only made each child fiber of a delivery costlier to join, since
+ * their contexts are compared entry by entry (about 60 µs of CPU per delivery while the adapter's timeout
+ * still forked one).
  */
 const deliveryContext = Context.pick(Tracer.ParentSpan, FetchHttpClient.Fetch, FetchHttpClient.RequestInit)
 
