@@ -1,4 +1,5 @@
-import { Duration, Effect, Metric, MetricBoundaries, MetricKey, MetricLabel } from "effect"
+import { Duration, Effect, Metric, MetricBoundaries, MetricKey } from "effect"
+import { taggedMetric } from "./TaggedMetric.ts"
 
 // The measurements every delivery family makes, as Effect metrics. The backend exports them (GET /metrics); a
 // package only records. Every label value is one of the closed sets below: never a tenant, an id, an address or a
@@ -47,47 +48,21 @@ const providerCallSeconds = MetricKey.histogram(
   "Duration of one provider call (HTTP to a receiver, a mail provider or a tenant stack), by family"
 )
 
-const limiterRefusals = Metric.counter("delivery_limiter_refusals", {
+const limiterRefusals = MetricKey.counter("delivery_limiter_refusals", {
   description: "Work refused or deferred by a rate limit or an admission bound, by reason",
   incremental: true
 })
 
-/**
- * One metric per label set, made once. `Metric.tagged` would join its labels to the fiber's on every update, and a new
- * label array misses Effect's registry cache: a metric key built and hashed again on every delivery. A metric made
- * from an already tagged key finds its registry entry once and keeps it. Label values come from closed sets.
- */
-const outcomeCounters = new Map<string, Metric.Metric.Counter<number>>()
-const outcomeCounter = (family: DeliveryFamily, outcome: DeliveryOutcome) => {
-  const id = `${family} ${outcome}`
-  let counter = outcomeCounters.get(id)
-  if (counter === undefined) {
-    counter = Metric.fromMetricKey(MetricKey.taggedWithLabels(outcomes, [MetricLabel.make("family", family), MetricLabel.make("outcome", outcome)]))
-    outcomeCounters.set(id, counter)
-  }
-  return counter
-}
-
-const providerCallHistograms = new Map<DeliveryFamily, Metric.Metric.Histogram<number>>()
-const providerCallHistogram = (family: DeliveryFamily) => {
-  let histogram = providerCallHistograms.get(family)
-  if (histogram === undefined) {
-    histogram = Metric.fromMetricKey(MetricKey.taggedWithLabels(providerCallSeconds, [MetricLabel.make("family", family)]))
-    providerCallHistograms.set(family, histogram)
-  }
-  return histogram
-}
-
 /** Counts `count` attempts of `family` that ended in `outcome`; call it after the outcome's write committed. */
 export const recordOutcome = (family: DeliveryFamily, outcome: DeliveryOutcome, count = 1): Effect.Effect<void> =>
-  count <= 0 ? Effect.void : Metric.incrementBy(outcomeCounter(family, outcome), count)
+  count <= 0 ? Effect.void : Metric.incrementBy(taggedMetric(outcomes, [["family", family], ["outcome", outcome]]), count)
 
 /** Times a provider call that returned an outcome; an interrupted call (shutdown) has no duration to report. */
 export const timeProviderCall = (family: DeliveryFamily) => {
-  const histogram = providerCallHistogram(family)
+  const histogram = taggedMetric(providerCallSeconds, [["family", family]])
   return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
     Metric.trackDurationWith(self, histogram, Duration.toSeconds)
 }
 
 export const recordLimiterRefusal = (reason: LimiterReason): Effect.Effect<void> =>
-  Metric.increment(Metric.tagged(limiterRefusals, "reason", reason))
+  Metric.increment(taggedMetric(limiterRefusals, [["reason", reason]]))
