@@ -44,9 +44,17 @@ export class ResetRepo extends Effect.Service<ResetRepo>()("@delivery/identity/R
         WHERE v.id = ${id}`.withoutTransform
     })
 
-    // FOR UPDATE OF both rows: the completion decides on the verification and the account as they stay until commit
-    // (a concurrent completion with the same token waits and then sees it consumed).
-    const lockByLookup = SqlSchema.findOne({
+    // The account first, then the verification, in every completion: a completion consumes every live verification of
+    // its account, so two completions that each locked their own token first would then wait for each other's (a
+    // deadlock, answered 503). Serialized on the account, the second waits and then reads its token as it stays until
+    // commit (consumed by the first, so refused). FOR UPDATE OF both rows: the completion decides on both.
+    const lockAccountOfLookup = (lookup: Uint8Array) => sql`
+      SELECT 1 FROM identity_accounts a
+      JOIN identity_reset_verifications v ON a.tenant_id = v.tenant_id AND a.id = v.account_id
+      WHERE v.token_lookup = ${Buffer.from(lookup)}
+      FOR UPDATE OF a`.withoutTransform
+
+    const findLocked = SqlSchema.findOne({
       Request: Schema.Uint8ArrayFromSelf,
       Result: VerificationRow,
       execute: (lookup) => sql`
@@ -55,6 +63,8 @@ export class ResetRepo extends Effect.Service<ResetRepo>()("@delivery/identity/R
         WHERE v.token_lookup = ${Buffer.from(lookup)}
         FOR UPDATE OF v, a`.withoutTransform
     })
+
+    const lockByLookup = (lookup: Uint8Array) => Effect.zipRight(lockAccountOfLookup(lookup), findLocked(lookup))
 
     const complete = (r: {
       readonly tenant: string
