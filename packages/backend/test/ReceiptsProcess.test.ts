@@ -591,6 +591,9 @@ layer(Suite, { excludeTestServices: true, timeout: 120_000 })("receipts' routes,
       const { token } = yield* tenantWithKey(first.port)
       const recorded = yield* record(first.port, token, command())
       expect(recorded.status).toBe(201)
+      // The request's failed attempt is recorded (pending, attempt 1) before the table goes: under load that write can
+      // land after the answer, and a rename in between would leave the claim running instead.
+      yield* waitForEffects(recorded.json.receipt.id, ([e]) => e!.state === "pending" && e!.attempt === 1, "recorded the request's attempt")
       yield* sql`ALTER TABLE receipt_effects RENAME TO receipt_effects_away`
       yield* Effect.addFinalizer(() => Effect.orDie(sql`ALTER TABLE IF EXISTS receipt_effects_away RENAME TO receipt_effects`))
       expect(yield* first.backend.exitCode()).not.toBe(0)
