@@ -76,6 +76,8 @@ type Settlement =
   | { readonly _tag: "completed"; readonly value: unknown }
   | { readonly _tag: "failed"; readonly reason: string; readonly delayMs: number; readonly exhausted: boolean }
   | { readonly _tag: "released" }
+  /** Claimed but never handed to a taker (the store closed): no handler ran, so the claim gives its attempt back. */
+  | { readonly _tag: "returned" }
 
 interface Pending {
   readonly item: Claimed
@@ -203,7 +205,8 @@ export const make = (options: EffectQueueOptions) =>
       const failure = (p: Pending) => (p.settlement._tag === "failed" ? p.settlement : undefined)
       const update = sql`
         UPDATE effect_queue m
-        SET completed = d.kind = 'completed',
+        SET attempts = CASE WHEN d.kind = 'returned' THEN m.attempts - 1 ELSE m.attempts END,
+            completed = d.kind = 'completed',
             exhausted = d.kind = 'failed' AND d.exhausted,
             ended_at = CASE WHEN d.kind = 'completed' OR (d.kind = 'failed' AND d.exhausted) THEN now() END,
             last_failure = CASE WHEN d.kind = 'failed' THEN d.reason ELSE m.last_failure END,
@@ -467,12 +470,13 @@ export const make = (options: EffectQueueOptions) =>
     )
 
     // At scope close (after the takers were interrupted and their outcomes recorded): claimed items no taker got
-    // are released for the next process, then the background fibers stop.
+    // are returned for the next process with their attempt given back (no handler ran), then the background fibers
+    // stop. The pollers stop first, so nothing this store returns is claimed by it again.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         yield* Fiber.interruptAll(pollers)
         const unclaimed = [...lanes.values()].flatMap((lane) => lane.buffer.splice(0))
-        yield* Effect.forEach(unclaimed, (item) => settle(item, { _tag: "released" }), { concurrency: "unbounded", discard: true })
+        yield* Effect.forEach(unclaimed, (item) => settle(item, { _tag: "returned" }), { concurrency: "unbounded", discard: true })
         // Outcomes still queued (the lease-expired exhaustions) are flushed before the flusher stops.
         const drained = Effect.gen(function* () {
           while (open.items.length > 0 || recording > 0) yield* Effect.sleep(Duration.millis(5))

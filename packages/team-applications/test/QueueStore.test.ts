@@ -214,22 +214,29 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(Date.now() - started).toBeLessThan(1000)
     }))
 
-  it.scoped("closing the store releases what it claimed but handed to no taker", () =>
+  it.scoped("closing the store returns what it claimed but handed to no taker, attempt given back (no handler ran); a handed item that was interrupted keeps its attempt", () =>
     Effect.gen(function* () {
       const name = queueName()
-      const sql = yield* SqlClient.SqlClient
-      const id = yield* Effect.scoped(Effect.gen(function* () {
+      const handed = new Set<string>()
+      const offered = yield* Effect.scoped(Effect.gen(function* () {
         const { queue } = yield* storeFor(name, { leaseDuration: "60 seconds" })
-        // Two takers wait, so the poller claims for two; one item arrives for them.
-        const takers = yield* Effect.forkAll([queue.take(() => Effect.never), queue.take(() => Effect.never)])
-        const offered = yield* queue.offer({ n: 1 })
-        yield* until(Effect.map(rowOf(name, offered), (row) => row.attempts === 1))
+        const ids = yield* Effect.forEach([1, 2, 3], (n) => queue.offer({ n }))
+        // Two takers wait, so the poller claims for a round of four: all three items, one of them for no taker.
+        const takers = yield* Effect.forkAll([1, 2].map(() =>
+          queue.take((_, meta) => Effect.zipRight(Effect.sync(() => handed.add(meta.id)), Effect.never))
+        ))
+        yield* until(Effect.map(rowsOf(name), (rows) => handed.size === 2 && rows.every((row) => row.attempts === 1)))
         yield* Fiber.interrupt(takers)
-        return offered
+        return ids
       }))
-      const row = yield* rowOf(name, id)
-      expect(row).toMatchObject({ attempts: 1, leased: false, acquired_by: null, completed: false })
-      yield* Effect.asVoid(sql`SELECT 1`)
+      const rows = yield* rowsOf(name)
+      const [buffered] = offered.filter((id) => !handed.has(id))
+      expect(buffered).toBeDefined()
+      for (const row of rows) {
+        expect(row).toMatchObject({ attempts: handed.has(row.id) ? 1 : 0, leased: false, acquired_by: null, completed: false })
+        expect(row.due_in_ms).toBeLessThanOrEqual(0)
+      }
+      expect(rows.map((row) => row.id).sort()).toEqual([...offered].sort())
     }))
 
   it.scoped("hooks run in the outcome's transaction: a failing hook leaves its item unrecorded (lease left to expire) and the rest of the batch recorded", () =>
