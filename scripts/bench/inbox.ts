@@ -42,13 +42,14 @@ const backendFlags = (process.env.BENCH_BACKEND_FLAGS ?? "").split(" ").filter(B
 const POOL_PER_PROCESS = 10
 
 /**
- * A real backend (`bun --no-env-file packages/backend/src/main.ts`), stopped with SIGTERM. With processes > 1 it
+ * A real backend started as `bun run start` starts it (`bun --no-env-file packages/backend/src/start.ts`: the bundle
+ * of main.ts, built on first use), stopped with SIGTERM. With processes > 1 it
  * runs with WORKERS=N: the started process supervises N backend processes listening on one port.
  */
 const startBackend = (databaseUrl: string, port: number, processes: number) =>
   Effect.acquireRelease(
     Effect.sync(() =>
-      spawn(process.execPath, [...backendFlags, "--no-env-file", join(repoRoot, "packages/backend/src/main.ts")], {
+      spawn(process.execPath, [...backendFlags, "--no-env-file", join(repoRoot, "packages/backend/src/start.ts")], {
         cwd: repoRoot,
         stdio: ["ignore", "ignore", "inherit"],
         env: {

@@ -18,9 +18,10 @@ import { CLOUD_CONFIG, type CloudSettings, IDLE_WAKE_CONFIG, type IdleWakeSettin
 import { familyDefault, loadCloudSettings } from "./RoleConfig.ts"
 import { CONSOLE_CONFIG, ConsoleConfig } from "@delivery/console"
 import { describeObservability, OBSERVABILITY_CONFIG, ObservabilityConfig } from "./ObservabilityConfig.ts"
-import { integerBetween, LIMIT_STORE_CONFIG, LimitStoreConfig } from "@delivery/core"
+import { integerBetween, LIMIT_STORE_CONFIG, LimitStoreConfig, repositoryRootOf } from "@delivery/core"
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted, Schema } from "effect"
 import { isIP } from "node:net"
+import { join } from "node:path"
 
 /**
  * `backend` runs HTTP and the delivery workers; `ingress` runs HTTP only and never starts delivery workers (spec 002);
@@ -30,7 +31,7 @@ export const Role = Schema.Literal("backend", "ingress", "cloud")
 export type Role = typeof Role.Type
 
 /** The repository's `.data/pglite` (git-ignored), wherever the process was started from. */
-export const defaultEmbeddedDataDir = new URL("../../../.data/pglite", import.meta.url).pathname
+export const defaultEmbeddedDataDir = join(repositoryRootOf(import.meta.url), ".data/pglite")
 
 export interface ConfigEntry {
   readonly name: string

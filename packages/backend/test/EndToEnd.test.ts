@@ -6,6 +6,8 @@ import { freePort, LoopbackProvider, spawnBunScript, TestDatabase, waitForPort }
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import { createPrivateKey, createPublicKey, randomBytes, sign, verify } from "node:crypto"
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs"
+import { join } from "node:path"
 
 // The shipped process, driven from outside: `bun run start` (the README's command) with DATABASE_URL, provisioned
 // through the product's own interfaces (the Identity service for accounts and credentials, the operator routes for
@@ -210,5 +212,47 @@ layer(SuiteLayer, { excludeTestServices: true })("the shipped process (bun run s
         yield* backend.signal("SIGTERM")
         expect(yield* backend.exitCode()).toBe(0)
       })
+  )
+
+  it.scoped(
+    "bun run start runs main.ts as one bundle under .build/<hash of the sources>/ with its source map, built once and reused while the sources stay the same; what it reads at run time (the console's stylesheet and htmx, the migrations) is found from the repository's root",
+    () =>
+      Effect.gen(function*() {
+        const db = yield* TestDatabase
+        const root = new URL("../../../", import.meta.url).pathname
+        const build = join(root, ".build")
+        const startOnce = Effect.gen(function*() {
+          const startedAt = Date.now()
+          const port = yield* freePort
+          const backend = yield* spawnBunScript("start", {
+            DATABASE_URL: db.url,
+            PORT: String(port),
+            PASSWORD_RESET_DELIVERY: "disabled",
+            RECEIPT_DELIVERY: "disabled"
+          })
+          yield* backend.waitForOutput(/listening on http:\/\/127\.0\.0\.1:\d+ \(role backend\)/, "60 seconds")
+          const asset = (name: string) =>
+            Effect.promise(() => fetch(`http://127.0.0.1:${port}/console/assets/${name}`).then(async (r) => ({ status: r.status, text: await r.text() })))
+          expect(yield* asset("console.css")).toEqual({ status: 200, text: readFileSync(join(root, "packages/console/assets/console.css"), "utf8") })
+          const htmx = yield* asset("htmx.min.js")
+          expect(htmx.status).toBe(200)
+          expect(htmx.text).toContain("htmx")
+          yield* backend.signal("SIGTERM")
+          expect(yield* backend.exitCode()).toBe(0)
+          // The bundle this start ran: its folder was made or touched since the start (other starts share it).
+          return readdirSync(build).filter((name) => /^[0-9a-f]{24}$/.test(name) && statSync(join(build, name)).mtimeMs >= startedAt - 1000)
+        })
+        const first = yield* startOnce
+        expect(first).toHaveLength(1)
+        expect(existsSync(join(build, first[0]!, "main.js"))).toBe(true)
+        expect(readFileSync(join(build, first[0]!, "main.js"), "utf8")).toMatch(/\/\/# sourceMappingURL=main\.js\.map\s*$/)
+        expect(existsSync(join(build, first[0]!, "main.js.map"))).toBe(true)
+        expect(yield* startOnce).toEqual(first)
+        // The migrations ran from the repository's folder: every file there is recorded as applied.
+        const sql = yield* SqlClient.SqlClient
+        const applied = yield* sql<{ n: number }>`SELECT count(*)::int AS n FROM effect_sql_migrations`.withoutTransform
+        expect(applied[0]!.n).toBe(readdirSync(join(root, "migrations")).filter((name) => name.endsWith(".sql")).length)
+      }),
+    { timeout: 120_000 }
   )
 })

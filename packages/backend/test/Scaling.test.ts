@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { DeviceId, Identity, TenantId } from "@delivery/identity"
-import { spawnBun, startRedis, TestDatabase, freePort, backendMain } from "@delivery/testing"
+import { spawnBun, spawnBunScript, startRedis, TestDatabase, freePort, backendMain } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Duration, Effect, Fiber, Layer, Redacted, Ref, Schedule } from "effect"
 import { spawnSync } from "node:child_process"
@@ -73,6 +73,10 @@ const acceptedIn = (tenant: string) =>
 /** The pids of a supervisor's processes. */
 const childrenOf = (pid: number) =>
   spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" }).stdout.split("\n").filter(Boolean).map(Number)
+
+/** The bundle a process started by `bun run start` runs (BACKEND_BUNDLE, as its environment holds it). */
+const bundleOf = (pid: number) =>
+  readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").find((entry) => entry.startsWith("BACKEND_BUNDLE="))?.slice("BACKEND_BUNDLE=".length)
 
 /** Which process holds each established connection on `port` (socket inodes of /proc/<pid>/fd against /proc/net/tcp). */
 const connectionsByProcess = (port: number, pids: ReadonlyArray<number>) => {
@@ -219,12 +223,12 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
   )
 
   it.scoped(
-    "WORKERS=3: three processes listen on one port and each serves requests; SIGTERM under load: every process drains and exits 0, the supervisor exits 0, and every envelope answered 201 is in the database",
+    "WORKERS=3 under bun run start: three processes listen on one port, each runs the bundle its supervisor ran, and each serves requests; SIGTERM under load: every process drains and exits 0, the supervisor exits 0, and every envelope answered 201 is in the database",
     () =>
       Effect.gen(function* () {
         const db = yield* TestDatabase
         const port = yield* freePort
-        const supervisor = yield* spawnBun(backendMain, {
+        const supervisor = yield* spawnBunScript("start", {
           DATABASE_URL: db.url,
           PORT: String(port),
           WORKERS: "3",
@@ -236,9 +240,14 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
           RECEIPT_DELIVERY: "disabled"
         })
         yield* supervisor.waitForOutput(/all 3 backend processes listening/, "60 seconds")
-        const pids = childrenOf(supervisor.pid)
+        // `bun run start` -> the supervisor (start.ts) -> its three copies.
+        const [supervisorPid] = childrenOf(supervisor.pid)
+        const pids = childrenOf(supervisorPid!)
         expect(pids).toHaveLength(3)
-        expect(connectionsByProcess(port, [supervisor.pid])).toEqual([0])
+        expect(connectionsByProcess(port, [supervisorPid!])).toEqual([0])
+        const bundles = pids.map((pid) => bundleOf(pid))
+        expect(bundles[0]).toMatch(/\/\.build\/[0-9a-f]{24}\/main\.js$/)
+        expect(new Set(bundles).size).toBe(1)
 
         // 30 connections, each answered: the kernel spreads them, so each process holds some (a process left out
         // of 30 has a chance of 3 * (2/3)^30, about 1.5e-5).

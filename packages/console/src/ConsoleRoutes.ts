@@ -1,9 +1,10 @@
 import { FileSystem, HttpApiBuilder, type HttpRouter, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { type QueueViews, type WorkerRegistry } from "@delivery/core"
+import { type QueueViews, repositoryRootOf, type WorkerRegistry } from "@delivery/core"
 import { type PeerLimit } from "@delivery/identity"
 import { ResetMailRepo, ResetRequests } from "@delivery/reset-mail"
 import { Effect, Layer, Schema } from "effect"
 import { createRequire } from "node:module"
+import { join } from "node:path"
 import { htmlResponse, redirect, signedInAction, signedInPage } from "./ConsoleHttp.ts"
 import { type Html, html } from "./Html.ts"
 import { securityHeaders } from "./ConsoleSecurity.ts"
@@ -19,7 +20,9 @@ import { overviewSection } from "./Overview.ts"
 import { type ConsoleSessions } from "./ConsoleSessions.ts"
 import { makeSignIn } from "./SignIn.ts"
 
-const require = createRequire(import.meta.url)
+// Found from the repository's root, not from this module: under `bun run start` every module's URL is the bundle's.
+const packageDir = join(repositoryRootOf(import.meta.url), "packages/console")
+const require = createRequire(join(packageDir, "package.json"))
 
 export type ConsoleServices = ConsoleSessions | QueueViews | WorkerRegistry | PeerLimit
 
@@ -67,8 +70,8 @@ export const listAndDetailRoutes = (
 const assets = Effect.gen(function* () {
   const fs = yield* FileSystem.FileSystem
   const htmx = yield* fs.readFileString(require.resolve("htmx.org/dist/htmx.min.js"))
-  const css = yield* fs.readFileString(new URL("../assets/console.css", import.meta.url).pathname)
-  const icon = yield* fs.readFileString(new URL("../assets/favicon.svg", import.meta.url).pathname)
+  const css = yield* fs.readFileString(join(packageDir, "assets/console.css"))
+  const icon = yield* fs.readFileString(join(packageDir, "assets/favicon.svg"))
   const asset = (body: string, contentType: string) =>
     HttpServerResponse.text(body, {
       contentType,

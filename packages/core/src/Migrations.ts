@@ -1,9 +1,11 @@
 import { FileSystem, Path } from "@effect/platform"
 import { Migrator, SqlClient } from "@effect/sql"
 import { Effect } from "effect"
+import { join } from "node:path"
+import { repositoryRootOf } from "./RepositoryRoot.ts"
 
 /** The repository's `migrations/` folder, wherever the process was started from. */
-export const defaultMigrationsDirectory = new URL("../../../migrations", import.meta.url).pathname
+export const defaultMigrationsDirectory = join(repositoryRootOf(import.meta.url), "migrations")
 
 const fileName = /^(\d{4})_([a-z0-9][a-z0-9_-]*)\.sql$/
 

@@ -1,4 +1,5 @@
 export * from "./Migrations.ts"
+export { findRepositoryRoot, repositoryRootOf } from "./RepositoryRoot.ts"
 export * from "./Lease.ts"
 export * as Backoff from "./Backoff.ts"
 export * as Canonical from "./Canonical.ts"

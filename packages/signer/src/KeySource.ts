@@ -1,4 +1,5 @@
 import { FileSystem, Path } from "@effect/platform"
+import { repositoryRootOf } from "@delivery/core"
 import { Config, Context, Effect, Layer, Option, Redacted } from "effect"
 import { sign as ed25519Sign } from "node:crypto"
 import { type KeyId, KeySourceInvalid, KeyUnavailable, type TenantId } from "./Domain.ts"
@@ -74,7 +75,7 @@ export const fromEnvironment = Effect.gen(function* () {
 export const layerFromEnvironment = Layer.effect(SigningKeySource, fromEnvironment)
 
 /** The repository this package sits in: a key file inside it is one `git add` away from being published. */
-const repositoryRoot = new URL("../../../", import.meta.url).pathname
+const repositoryRoot = repositoryRootOf(import.meta.url)
 
 /**
  * Development keys from a JSON file (the JSON spelling of KeyList.ts). The file must be outside the

@@ -1,7 +1,6 @@
-import { positiveDuration } from "@delivery/core"
+import { positiveDuration, repositoryRootOf } from "@delivery/core"
 import { Config, ConfigError, type Duration, Either, Redacted } from "effect"
 import { join, resolve } from "node:path"
-import { fileURLToPath } from "node:url"
 
 // The local compute provider's settings (LocalCompute.ts): the stacks it may start, where their pid files and logs
 // live, what each runs and how long a start or a stop may take.
@@ -21,7 +20,7 @@ const ENV_NAME = /^[A-Z_][A-Z0-9_]{0,127}$/
 // The provider decides where a tenant listens; a stack's own HOST or PORT would make its port probe lie.
 const RESERVED_ENV = new Set(["PORT", "HOST"])
 
-export const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url))
+export const repoRoot = repositoryRootOf(import.meta.url)
 const defaultRunDir = join(repoRoot, ".data/stacks")
 const defaultEntry = join(repoRoot, "packages/backend/src/main.ts")
 
