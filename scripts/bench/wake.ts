@@ -330,6 +330,8 @@ export const runWakeBench = (options: WakeBenchOptions): Effect.Effect<WakeBench
       IDLE_WAKE_PROXY_PORT: String(proxyPort),
       IDLE_WAKE_LOCAL_STACKS: JSON.stringify({ [stack]: { port: stackPort, env: tenantEnv } }),
       IDLE_WAKE_LOCAL_RUN_DIR: runDir,
+      // BENCH_TENANT_ENTRY compares another tenant entry (e.g. packages/backend/src/main.ts, the sources) with the default.
+      ...(process.env.BENCH_TENANT_ENTRY === undefined ? {} : { IDLE_WAKE_LOCAL_ENTRY: process.env.BENCH_TENANT_ENTRY }),
       IDLE_WAKE_SLEEP_HOLD: "30 seconds",
       // Each request names its own source, so the per-source bounds never decide what is measured here.
       TRUSTED_PROXY_HOPS: "1"

@@ -325,12 +325,12 @@ const secretEnv = { DATABASE_URL: `postgres://tenant:${SECRET}@127.0.0.1/db` }
 const many = (count: number, make: (index: number) => [string, unknown]) => Object.fromEntries(Array.from({ length: count }, (_, index) => make(index)))
 
 describe("local compute configuration (spec 001)", () => {
-  it.effect("unset: no local stacks, the run dir <repository>/.data/stacks, the backend's main.ts, 60 s to start and 30 s to stop", () =>
+  it.effect("unset: no local stacks, the run dir <repository>/.data/stacks, the backend's start.ts (what `bun run start` runs), 60 s to start and 30 s to stop", () =>
     Effect.gen(function* () {
       const settings: LocalComputeSettings = yield* configure({})
       expect(settings.stacks.size).toBe(0)
       expect(settings.runDir).toBe(join(backendMain, "../../../../.data/stacks"))
-      expect(settings.entry).toBe(backendMain)
+      expect(settings.entry).toBe(join(backendMain, "../start.ts"))
       expect(Duration.toMillis(settings.startTimeout)).toBe(60_000)
       expect(Duration.toMillis(settings.stopTimeout)).toBe(30_000)
     }))

@@ -22,7 +22,8 @@ const RESERVED_ENV = new Set(["PORT", "HOST"])
 
 export const repoRoot = repositoryRootOf(import.meta.url)
 const defaultRunDir = join(repoRoot, ".data/stacks")
-const defaultEntry = join(repoRoot, "packages/backend/src/main.ts")
+// What `bun run start` runs: the backend as one bundle (docs/operations.md, "Start"), which a stack starts faster.
+const defaultEntry = join(repoRoot, "packages/backend/src/start.ts")
 
 export interface LocalStackSettings {
   readonly port: number
@@ -120,7 +121,7 @@ export const LocalComputeConfig: Config.Config<LocalComputeSettings> = Config.al
 export const LOCAL_COMPUTE_CONFIG = [
   { name: IDLE_WAKE_LOCAL_STACKS, default: "(unset: no local stacks)", meaning: `ROLE=cloud, local compute: JSON \`{ "<stack id>": { "port": <1-65535>, "env": { "<NAME>": "<value>" } } }\`; at most ${MAX_LOCAL_STACKS} stacks with distinct ports, ids matching ${STACK_ID.source}, at most ${MAX_LOCAL_ENV_ENTRIES} env entries each (names matching ${ENV_NAME.source}, not PORT or HOST; values at most ${MAX_LOCAL_ENV_VALUE} characters); unknown members refused. Each stack's tenant backend gets only PATH, HOME, NO_COLOR=1, its env, HOST=127.0.0.1 and PORT`, secret: true },
   { name: IDLE_WAKE_LOCAL_RUN_DIR, default: "<repository>/.data/stacks", meaning: "ROLE=cloud, local compute: where each stack's pid file and log live (created with mode 0700)", secret: false },
-  { name: IDLE_WAKE_LOCAL_ENTRY, default: "<repository>/packages/backend/src/main.ts", meaning: "ROLE=cloud, local compute: the script each stack runs with `bun --no-env-file`", secret: false },
+  { name: IDLE_WAKE_LOCAL_ENTRY, default: "<repository>/packages/backend/src/start.ts", meaning: "ROLE=cloud, local compute: the script each stack runs with `bun --no-env-file` (the default runs the backend as one bundle, as `bun run start` does)", secret: false },
   { name: IDLE_WAKE_LOCAL_START_TIMEOUT, default: "60 seconds", meaning: "ROLE=cloud, local compute: how long a start waits for the stack's port to accept connections", secret: false },
   { name: IDLE_WAKE_LOCAL_STOP_TIMEOUT, default: "30 seconds", meaning: "ROLE=cloud, local compute: how long a stop waits for the stack to exit after SIGTERM before answering uncertain (no SIGKILL: the tenant drains on SIGTERM)", secret: false }
 ] as const
