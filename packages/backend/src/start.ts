@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from "node:fs"
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync } from "node:fs"
 import { join } from "node:path"
 
 // `bun run start`: runs the backend (main.ts and everything it imports) as one bundle, in this process. One bundle
@@ -54,7 +54,7 @@ const bundleFor = (inputs: string): string => {
   // In a process of its own: the bundler's memory (about 100 MB at its peak) is returned when it exits.
   const scratch = join(buildDir, `scratch-${process.pid}`)
   const built = Bun.spawnSync(
-    [process.execPath, "build", "--target=bun", "--sourcemap=linked", `--outdir=${scratch}`, join(root, "packages/backend/src/main.ts")],
+    [process.execPath, "build", "--target=bun", "--sourcemap=linked", `--outdir=${scratch}`, main],
     { stdout: "ignore", stderr: "inherit" }
   )
   if (built.exitCode !== 0) {
@@ -74,9 +74,27 @@ const bundleFor = (inputs: string): string => {
   return bundle
 }
 
+/** Whether `.build/` can be written here: a read-only checkout (a container's read-only file system) cannot. */
+const writable = () => {
+  try {
+    mkdirSync(buildDir, { recursive: true })
+    accessSync(buildDir, constants.W_OK)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const main = join(root, "packages/backend/src/main.ts")
 const inherited = process.env[BUNDLE]
-const bundle = inherited !== undefined && process.env.WORKER_INDEX !== undefined && existsSync(inherited)
-  ? inherited
-  : bundleFor(inputsHash())
-process.env[BUNDLE] = bundle
-await import(bundle)
+if (inherited !== undefined && process.env.WORKER_INDEX !== undefined && existsSync(inherited)) {
+  await import(inherited)
+} else if (writable()) {
+  const bundle = bundleFor(inputsHash())
+  process.env[BUNDLE] = bundle
+  await import(bundle)
+} else {
+  // The same code from its sources: it only costs memory and start-up time.
+  console.error(`${buildDir} cannot be written: running packages/backend/src/main.ts from its sources instead of one bundle`)
+  await import(main)
+}
