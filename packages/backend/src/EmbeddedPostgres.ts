@@ -1,6 +1,13 @@
+import { repositoryRootOf } from "@delivery/core"
 import { Data, Effect } from "effect"
 import { mkdirSync } from "node:fs"
-import { resolve } from "node:path"
+import { join, resolve } from "node:path"
+
+// PGlite reads its WebAssembly and data files next to its own module (`new URL("./pglite.wasm", import.meta.url)`),
+// so it must never be copied into the bundle `bun run start` runs: it is imported by path, resolved from the backend
+// package as installed, which the bundler leaves to run time.
+const backendPackage = join(repositoryRootOf(import.meta.url), "packages/backend")
+const importInstalled = (specifier: string): Promise<unknown> => import(Bun.resolveSync(specifier, backendPackage))
 
 export class EmbeddedPostgresError extends Data.TaggedError("EmbeddedPostgresError")<{
   readonly message: string
@@ -26,7 +33,7 @@ export const startEmbeddedPostgres = (dataDir: string) =>
         // Imported on demand: a production process (DATABASE_URL set) never loads the WebAssembly database.
         try: async () => {
           mkdirSync(directory, { recursive: true })
-          const { PGlite } = await import("@electric-sql/pglite")
+          const { PGlite } = (await importInstalled("@electric-sql/pglite")) as typeof import("@electric-sql/pglite")
           return PGlite.create(directory)
         },
         catch: (cause) => new EmbeddedPostgresError({ message: `cannot open the embedded database in ${directory}`, cause })
@@ -40,7 +47,7 @@ export const startEmbeddedPostgres = (dataDir: string) =>
     const server = yield* Effect.acquireRelease(
       Effect.tryPromise({
         try: async () => {
-          const { PGLiteSocketServer } = await import("@electric-sql/pglite-socket")
+          const { PGLiteSocketServer } = (await importInstalled("@electric-sql/pglite-socket")) as typeof import("@electric-sql/pglite-socket")
           const server = new PGLiteSocketServer({ db, host: "127.0.0.1", port: 0, maxConnections: 1 })
           await server.start()
           return server

@@ -3,11 +3,11 @@ import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { backendMain, freePort, get, spawnBun } from "@delivery/testing"
+import { freePort, get, spawnBunScript } from "@delivery/testing"
 
 // The only test on the embedded database: everything else runs on real PostgreSQL.
 describe("embedded development default", () => {
-  it.live("Without DATABASE_URL the backend must still start for a first look: embedded PostgreSQL, clearly logged as a development default, PASSWORD_RESET_DELIVERY taken as disabled with a warning", () =>
+  it.live("Without DATABASE_URL the backend must still start for a first look (bun run start, PGlite loaded from its installed package, not from the bundle): embedded PostgreSQL, clearly logged as a development default, PASSWORD_RESET_DELIVERY taken as disabled with a warning", () =>
     Effect.scoped(
       Effect.gen(function* () {
         const dataDir = yield* Effect.acquireRelease(
@@ -15,7 +15,7 @@ describe("embedded development default", () => {
           (dir) => Effect.sync(() => rmSync(dir, { recursive: true, force: true }))
         )
         const port = yield* freePort
-        const backend = yield* spawnBun(backendMain, { PORT: String(port), EMBEDDED_DATA_DIR: dataDir })
+        const backend = yield* spawnBunScript("start", { PORT: String(port), EMBEDDED_DATA_DIR: dataDir })
         // A first start initialises the data folder (several seconds on a small machine).
         yield* backend.waitForOutput(/listening on http:/, "50 seconds")
 

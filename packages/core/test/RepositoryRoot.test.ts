@@ -27,10 +27,11 @@ describe("the repository root", () => {
     expect(repositoryRootOf(pathToFileURL(join(root, "packages/core/src/Migrations.ts")).href)).toBe(root)
   })
 
-  it("a folder with no root above it is refused, naming where the search started", () => {
+  it("without a root above it (core bundled into the client for Node) nothing is found and importing never fails: the module's own folder stands in", () => {
     const alone = realpathSync(mkdtempSync(join(tmpdir(), "alone-")))
     writeFileSync(join(alone, "package.json"), "{}")
-    expect(() => findRepositoryRoot(alone)).toThrow(`no repository root (package.json and migrations/) at or above ${alone}`)
+    expect(findRepositoryRoot(alone)).toBeUndefined()
+    expect(repositoryRootOf(pathToFileURL(join(alone, "node-client.mjs")).href)).toBe(alone)
   })
 
   it("the migrations the backend runs are this repository's", () => {
