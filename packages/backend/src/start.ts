@@ -13,9 +13,14 @@ const BUNDLE = "BACKEND_BUNDLE"
 // Bundles of other inputs are removed once unused this long: a process that started from one has long loaded it.
 const KEEP_OLD_MS = 60 * 60 * 1000
 
-/** What the bundle is made of: every source file of every package, the manifests and the lockfile (about 20 ms). */
+/**
+ * What the bundle is made of: every source file of every package, the manifests and the lockfile (about 20 ms), and
+ * where the checkout is (the bundler writes some dependencies' own paths into it, such as ioredis's `__dirname`).
+ */
 const inputsHash = () => {
   const hasher = new Bun.CryptoHasher("sha256")
+  hasher.update(root)
+  hasher.update("\0")
   const files = [
     ...new Bun.Glob("packages/*/src/**/*.ts").scanSync({ cwd: root }),
     ...new Bun.Glob("packages/*/package.json").scanSync({ cwd: root }),

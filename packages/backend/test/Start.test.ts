@@ -1,7 +1,7 @@
 import { bunExecutable } from "@delivery/testing"
 import { describe, expect, it } from "@effect/vitest"
 import { spawnSync } from "node:child_process"
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, writeFileSync } from "node:fs"
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, realpathSync, renameSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 
@@ -64,6 +64,16 @@ describe("bun run start (start.ts)", () => {
     expect(changed.ran.version).toBe("two")
     expect(changed.ran.url).not.toBe(first.ran.url)
     expect(bundles(root)).toHaveLength(2)
+  })
+
+  it("a checkout moved elsewhere builds its own bundle (a bundle holds some dependencies' absolute paths)", () => {
+    const root = tree()
+    const before = bundles((start(root), root))
+    const moved = `${root}-moved`
+    renameSync(root, moved)
+    const after = start(moved)
+    expect(after.ran.url.startsWith(`file://${join(moved, ".build")}/`)).toBe(true)
+    expect(bundles(moved).filter((name) => !before.includes(name))).toHaveLength(1)
   })
 
   it("a supervised copy (WORKER_INDEX) runs the bundle its supervisor named in BACKEND_BUNDLE, even after the sources changed; one without WORKER_INDEX builds its own", () => {
