@@ -2,7 +2,7 @@ import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync
 import { join } from "node:path"
 
 // `bun run start`: runs the backend (main.ts and everything it imports) as one bundle, in this process. One bundle
-// instead of some 280 modules transpiled at start: about 50 MB less memory, at start and under load, and a faster
+// instead of some 280 modules transpiled at start: about 45 MB less memory, at start and under load, and a faster
 // start (docs/operations.md, "Memory"). The bundle is built once per state of the sources, under
 // `.build/<hash of the inputs>/`; with WORKERS above 1 the supervised copies run the very bundle their supervisor ran
 // (BACKEND_BUNDLE), even if the sources changed since.
