@@ -25,7 +25,7 @@ const workerEnv = (databaseUrl: string) => ({
   OUTBOX_BACKOFF_CAP: "1 hour"
 })
 // What a recording write and a busy scheduler may add to the recording interval on a shared 2-core machine
-// (460 ms measured at a load average of 16); a batch here takes 5 s, so a whole-batch re-send stays far above it.
+// (460 ms measured at a load average of 16); a batch here takes 3 s, so a whole-batch re-send stays far above it.
 const RECORDING_WRITE_ALLOWANCE_MS = 900
 
 const takeoverSettings = { OUTBOX_BACKOFF_BASE: "1 hour", OUTBOX_BACKOFF_CAP: "1 hour" }
@@ -78,19 +78,23 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       const outbox = yield* Outbox
       const total = 150
       for (let i = 0; i < total; i++) yield* outbox.enqueue(request("crash", "web"))
-      // 10 in flight, each answered after 500 ms: about 20 deliveries a second, 5 s per batch of 100.
+      // 10 in flight, each answered after 500 ms: about 20 deliveries a second, 3 s per batch of 60. The request
+      // timeout leaves four times the answer's delay: a delivery timed out under load would wait for its hour of
+      // backoff, and the takeover below could never finish.
       yield* receiver.script({ path: "/hooks/crash", reply: LoopbackReply.status(200, { delayMs: 500 }) })
       const { url } = yield* TestDatabase
       const worker = yield* spawnBun(fixture, {
         ...workerEnv(url),
-        OUTBOX_BATCH_SIZE: "100",
+        OUTBOX_BATCH_SIZE: "60",
         OUTBOX_CONCURRENCY: "10",
-        OUTBOX_REQUEST_TIMEOUT: "1 second",
-        OUTBOX_CYCLE_TIMEOUT: "11 seconds",
-        OUTBOX_LEASE: "12 seconds"
+        OUTBOX_REQUEST_TIMEOUT: "2 seconds",
+        OUTBOX_CYCLE_TIMEOUT: "13 seconds",
+        OUTBOX_LEASE: "14 seconds"
       })
-      // Mid-way through the first batch: about 60 answered, 10 in flight.
-      yield* receiver.awaitRequests(70).pipe(Effect.timeout("60 seconds"))
+      // Late in the first batch: about 40 answered (the first ones 2 s before), 10 in flight.
+      yield* receiver.awaitRequests(50).pipe(
+        Effect.timeoutFail({ duration: "60 seconds", onTimeout: () => "the worker never sent 50 requests" })
+      )
       const killedAt = Date.now()
       yield* worker.signal("SIGKILL")
       expect(yield* worker.exitCode()).toBe(137)
@@ -101,15 +105,17 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       })
       // The rows the worker never claimed go at once; its claimed rows when their lease expires.
       const sql = yield* SqlClient.SqlClient
+      const states = sql`SELECT state, last_error, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2 ORDER BY 1, 2`
       yield* takeover.tick("takeover").pipe(
         Effect.zipRight(sql<{ n: number }>`SELECT count(*)::int AS n FROM outbox_messages WHERE state <> 'delivered'`),
         Effect.filterOrFail((rows) => rows[0]?.n === 0, () => "not all delivered yet"),
         Effect.retry({ schedule: Schedule.spaced("50 millis"), while: (error) => error === "not all delivered yet" }),
-        Effect.timeout("60 seconds")
+        Effect.timeout("60 seconds"),
+        Effect.catchTag("TimeoutException", () =>
+          Effect.flatMap(states, (rows) => Effect.fail(`the takeover did not deliver every row: ${JSON.stringify(rows)}`)))
       )
       // At least once: every message delivered, each key accepted once by the receiver.
-      expect(yield* sql`SELECT state, last_error, count(*)::int AS n FROM outbox_messages GROUP BY 1, 2`)
-        .toEqual([{ state: "delivered", last_error: null, n: total }])
+      expect(yield* states).toEqual([{ state: "delivered", last_error: null, n: total }])
       expect((yield* receiver.deliveries).length).toBe(total)
 
       const requests = new Map<string, number>()
@@ -129,7 +135,7 @@ layer(SuiteLayer, { excludeTestServices: true })("real worker processes (spec 00
       expect(inFlight.length).toBeLessThanOrEqual(10)
       expect(ages.filter((age) => age > 100 + RECORDING_WRITE_ALLOWANCE_MS)).toEqual([])
     }).pipe(Effect.scoped),
-    // Its own waits take about 15 s (a batch at 20 deliveries a second, a 12 s lease), each bounded by 60 s.
+    // Its own waits take about 17 s (a batch at 20 deliveries a second, a 14 s lease), each bounded by 60 s.
     { timeout: 150_000 })
 
   it.effect("a stale worker resumed (SIGSTOP, SIGCONT) after its lease was taken over cannot move the row: its late outcome is refused as LeaseLost", () =>
