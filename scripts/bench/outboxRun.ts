@@ -155,8 +155,8 @@ const runOurs = (jobs: number) =>
     })
     yield* sql`
       WITH e AS (
-        INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
-        SELECT gen_random_uuid(), t.tenant, t.project, 'bench-' || g, t.request_sha256, t.event_identity, t.envelope
+        INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope, created_at)
+        SELECT gen_random_uuid(), t.tenant, t.project, 'bench-' || g, t.request_sha256, t.event_identity, t.envelope, t.created_at
         FROM generate_series(1, ${jobs - 1}) g, (SELECT * FROM outbox_envelopes LIMIT 1) t
         RETURNING id, tenant, project
       )

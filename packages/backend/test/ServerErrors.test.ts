@@ -19,8 +19,8 @@ const corruptMessage = Effect.gen(function* () {
   const sql = yield* SqlClient.SqlClient
   const id = randomUUID()
   const hex = "ab".repeat(32)
-  yield* sql`INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
-             VALUES (${id}, 'acme', 'web', ${`k-${id}`}, ${hex}, ${hex}, '{}')`
+  yield* sql`INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope, created_at)
+             VALUES (${id}, 'acme', 'web', ${`k-${id}`}, ${hex}, ${hex}, '{}', now())`
   yield* sql`INSERT INTO outbox_messages (id, tenant, project, state, max_attempts, attempt_ceiling, due_at, last_error, created_at)
              VALUES (${id}, 'acme', 'web', 'pending', 3, 3, now() + interval '1 hour', 'not-a-code-s3cret', now())`
   return id

@@ -44,7 +44,7 @@ export type KeyedRow = typeof KeyedRow.Type
 
 // The columns of MessageRow, from outbox_messages m joined with outbox_envelopes e.
 const messageColumns = `m.id, m.tenant, m.project, e.idempotency_key, e.event_identity, m.max_attempts, m.attempt_ceiling,
-  m.state, m.attempt, m.due_at, m.last_error, m.dead_reason, m.created_at, m.delivered_at, m.dead_at`
+  m.state, m.attempt, m.due_at, m.last_error, m.dead_reason, e.created_at, m.delivered_at, m.dead_at`
 
 const TargetRow = Schema.Struct({
   tenant: Schema.String,
@@ -73,10 +73,12 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
       Result: MessageRow,
       execute: (r) => sql`
         WITH e AS (
-          INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
-          VALUES (${r.id}, ${r.tenant}, ${r.project}, ${r.idempotencyKey}, ${r.requestSha256}, ${r.eventIdentity}, ${r.envelope})
+          INSERT INTO outbox_envelopes
+            (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope, created_at)
+          VALUES (${r.id}, ${r.tenant}, ${r.project}, ${r.idempotencyKey}, ${r.requestSha256}, ${r.eventIdentity}, ${r.envelope},
+            ${r.now})
           ON CONFLICT (tenant, project, idempotency_key) DO NOTHING
-          RETURNING id, idempotency_key, event_identity
+          RETURNING id, idempotency_key, event_identity, created_at
         ), m AS (
           INSERT INTO outbox_messages (id, tenant, project, state, max_attempts, attempt_ceiling, due_at, created_at)
           SELECT id, ${r.tenant}, ${r.project}, 'pending', ${r.maxAttempts}, ${r.maxAttempts}, ${r.now}, ${r.now} FROM e
@@ -117,7 +119,9 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
         ORDER BY m.dead_at, m.id LIMIT ${r.limit}`.withoutTransform
     })
 
-    // The console's list: one tenant/project, optionally one state, oldest first, by keyset on (created_at, id).
+    // The console's list: one tenant/project, optionally one state, oldest first, by keyset on (created_at, id). The
+    // walk is on the envelopes' index (outbox_envelopes_scope), written once per message: the state rows, rewritten by
+    // every claim and outcome, carry no index for it (migrations/0034_outbox_scope_on_envelopes.sql).
     const listScope = SqlSchema.findAll({
       Request: Schema.Struct({
         ...Scope.fields, state: Schema.NullOr(MessageState), limit: Schema.Number,
@@ -125,11 +129,11 @@ export class OutboxRepo extends Effect.Service<OutboxRepo>()("@delivery/outbox/O
       }),
       Result: MessageRow,
       execute: (r) => sql`
-        SELECT ${sql.literal(messageColumns)} FROM outbox_messages m JOIN outbox_envelopes e ON e.id = m.id
-        WHERE m.tenant = ${r.tenant} AND m.project = ${r.project}
+        SELECT ${sql.literal(messageColumns)} FROM outbox_envelopes e JOIN outbox_messages m ON m.id = e.id
+        WHERE e.tenant = ${r.tenant} AND e.project = ${r.project}
         ${r.state === null ? sql`` : sql`AND m.state = ${r.state}`}
-        ${r.after === null ? sql`` : sql`AND (m.created_at, m.id) > (${r.after.at}, ${r.after.id}::uuid)`}
-        ORDER BY m.created_at, m.id LIMIT ${r.limit}`.withoutTransform
+        ${r.after === null ? sql`` : sql`AND (e.created_at, e.id) > (${r.after.at}, ${r.after.id}::uuid)`}
+        ORDER BY e.created_at, e.id LIMIT ${r.limit}`.withoutTransform
     })
 
     // A message's audit trail (operator actions: redrives), oldest first, bounded.

@@ -11,7 +11,7 @@ import {
   Permission,
   TenantId
 } from "@delivery/identity"
-import { KeyId, Signer } from "@delivery/signer"
+import { KeyId, ProjectId, Signer } from "@delivery/signer"
 import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
 import { ConfigProvider, Effect, Layer, Redacted, Schema } from "effect"
 import { randomBytes } from "node:crypto"
@@ -115,12 +115,37 @@ layer(Identity.Default.pipe(Layer.provideMerge(SuiteLayer)), { excludeTestServic
       for (const statement of [
         sql`UPDATE outbox_envelopes SET envelope = '{}' WHERE id = ${message.id}`,
         sql`UPDATE outbox_envelopes SET idempotency_key = 'other' WHERE id = ${message.id}`,
+        sql`UPDATE outbox_envelopes SET created_at = created_at - interval '1 day' WHERE id = ${message.id}`,
         sql`UPDATE outbox_messages SET tenant = 'other' WHERE id = ${message.id}`,
         sql`UPDATE outbox_messages SET attempt = 0 WHERE id = ${message.id}`
       ]) {
         expect(String(yield* Effect.flip(statement))).toMatch(/SqlError/)
       }
       expect(yield* rowOf(message.id)).toMatchObject({ attempt: 2 })
+    }))
+
+  it.effect("the state rows carry only the primary key, the claim index and the dead-letter index (any other index is written by every claim and outcome); the console's list walks the envelopes' scope index, which keeps each message's enqueue time", () =>
+    Effect.gen(function*() {
+      yield* resetOutbox
+      const sql = yield* SqlClient.SqlClient
+      const indexes = (table: string) =>
+        Effect.map(
+          sql<{ name: string }>`SELECT indexname AS name FROM pg_indexes WHERE tablename = ${table} ORDER BY 1`,
+          (rows) => rows.map((r) => r.name)
+        )
+      expect(yield* indexes("outbox_messages")).toEqual(["outbox_messages_dead", "outbox_messages_due", "outbox_messages_pkey"])
+      expect(yield* indexes("outbox_envelopes")).toContain("outbox_envelopes_scope")
+      yield* setupTenant("beta", "web", "https://receiver.example/hooks")
+      const outbox = yield* Outbox
+      const enqueued: Array<{ id: string; createdAt: Date }> = []
+      for (let i = 0; i < 3; i++) enqueued.push((yield* outbox.enqueue(request("beta", "web"))).message)
+      const first = yield* outbox.messages(TenantId.make("beta"), ProjectId.make("web"), { limit: 2 })
+      const second = yield* outbox.messages(TenantId.make("beta"), ProjectId.make("web"), { cursor: first.nextCursor! })
+      expect([...first.items, ...second.items].map((m) => [m.id, m.createdAt])).toEqual(enqueued.map((m) => [m.id, m.createdAt]))
+      expect(second.nextCursor).toBeNull()
+      const stored = yield* sql<{ same: boolean }>`
+        SELECT e.created_at = m.created_at AS same FROM outbox_envelopes e JOIN outbox_messages m USING (id)`
+      expect(stored).toEqual(enqueued.map(() => ({ same: true })))
     }))
 
   it.effect("Dead letters: queryable only by explicit tenant and project, cursor-paged, never more than 100 per page (larger sizes are clamped), never crossing tenants; diagnostics keep only a stable code", () =>
@@ -130,9 +155,10 @@ layer(Identity.Default.pipe(Layer.provideMerge(SuiteLayer)), { excludeTestServic
       // Three rows share each dead_at, so the keyset must break ties on id.
       const seed = (tenant: string, project: string, n: number) => sql`
         WITH e AS (
-          INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
+          INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope,
+            created_at)
           SELECT gen_random_uuid(), ${tenant}, ${project}, 'k-' || g, encode(sha256(g::text::bytea), 'hex'),
-            encode(sha256(g::text::bytea), 'hex'), '{"secret":"payload"}'
+            encode(sha256(g::text::bytea), 'hex'), '{"secret":"payload"}', timestamptz '2030-01-01'
           FROM generate_series(1, ${n}) g
           RETURNING id, idempotency_key
         )

@@ -16,9 +16,10 @@ const seedDead = (n: number) =>
     Effect.map(
       sql<{ id: string }>`
         WITH e AS (
-          INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope)
+          INSERT INTO outbox_envelopes (id, tenant, project, idempotency_key, request_sha256, event_identity, envelope,
+            created_at)
           SELECT gen_random_uuid(), 'acme', 'web', 'k-' || g, encode(sha256(g::text::bytea), 'hex'),
-            encode(sha256(g::text::bytea), 'hex'), '{}'
+            encode(sha256(g::text::bytea), 'hex'), '{}', timestamptz '2030-01-01'
           FROM generate_series(1, ${n}) g
           RETURNING id, idempotency_key
         )
