@@ -23,7 +23,7 @@ const recordingTracer = Effect.map(Effect.tracer, (native) => {
 const TestLayer = Layer.mergeAll(LoopbackProvider.Default, FetchHttpClient.layer)
 
 layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send spans", (it) => {
-  const send = (status: number, headers: Record<string, string>) =>
+  const send = (status: number, headers: Record<string, string>, parentSpan?: Tracer.AnySpan) =>
     Effect.gen(function*() {
       const provider = yield* LoopbackProvider
       yield* provider.reset
@@ -35,7 +35,8 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send spans", (it) 
         body: "{}",
         contentType: "application/json",
         headers,
-        timeout: "2 seconds"
+        timeout: "2 seconds",
+        ...(parentSpan === undefined ? {} : { parentSpan })
       }).pipe(Effect.withTracer(tracer))
       const [request] = yield* provider.requests
       return { outcome, spans, request: request! }
@@ -65,5 +66,19 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send spans", (it) 
       const attributes = spans.flatMap((span) => [...span.attributes.entries()])
       expect(attributes).toEqual([["provider.outcome", "provider-2xx"]])
       expect(attributes.filter(([, value]) => String(value).includes("SECRET") || String(value).includes("127.0.0.1"))).toEqual([])
+    }))
+
+  it.effect("the send's span nests in the current span, or in the parent span the request names (which is never made current)", () =>
+    Effect.gen(function*() {
+      const parentOf = (spans: ReadonlyArray<Tracer.Span>) => {
+        const sent = spans.find((span) => span.name === "ProviderHttp.send")!
+        return sent.parent._tag === "Some" ? (sent.parent.value as Tracer.Span).name : undefined
+      }
+      const current = yield* send(200, {}).pipe(Effect.withSpan("caller"))
+      expect(parentOf(current.spans)).toBe("caller")
+      const named = yield* Effect.useSpan("named", (parent) => send(200, {}, parent)).pipe(Effect.withSpan("caller"))
+      expect(parentOf(named.spans)).toBe("named")
+      const root = yield* send(200, {})
+      expect(parentOf(root.spans)).toBeUndefined()
     }))
 })

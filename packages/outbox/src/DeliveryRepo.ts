@@ -19,9 +19,13 @@ export const ClaimedRow = Schema.Struct({
 })
 export type ClaimedRow = typeof ClaimedRow.Type
 
-/** The ids a fenced transition moved, as one array: cheaper to read back than a row per id. */
+/**
+ * The ids a fenced transition moved, as one comma-separated text: cheaper to read back than a row per id, and
+ * than an array, which the driver parses character by character. Ids are uuids, which hold no comma.
+ */
 // Stryker disable next-line ObjectLiteral: an empty Struct decodes the row unchanged (each field already has the type the statement returns)
-const Moved = Schema.Struct({ ids: Schema.Array(Schema.String) })
+const Moved = Schema.Struct({ ids: Schema.String })
+const movedIds = (row: typeof Moved.Type): ReadonlyArray<string> => (row.ids === "" ? [] : row.ids.split(","))
 
 export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outbox/DeliveryRepo", {
   effect: Effect.gen(function*() {
@@ -80,7 +84,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
     })
 
     const markRetry = SqlSchema.single({
@@ -98,7 +102,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
     })
 
     const markDead = SqlSchema.single({
@@ -117,18 +121,18 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(array_agg(id::text), '{}') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
     })
 
     return {
       peekDue: (r: Parameters<typeof peekDue>[0]) => storage("peekDue")(peekDue(r)),
       claim: (r: Parameters<typeof claim>[0]) => storage("claim")(claim(r)),
       markDelivered: (r: Parameters<typeof markDelivered>[0]) =>
-        storage("markDelivered")(Effect.map(orDieIfMissing(markDelivered(r)), (row) => row.ids)),
+        storage("markDelivered")(Effect.map(orDieIfMissing(markDelivered(r)), movedIds)),
       markRetry: (r: Parameters<typeof markRetry>[0]) =>
-        storage("markRetry")(Effect.map(orDieIfMissing(markRetry(r)), (row) => row.ids)),
+        storage("markRetry")(Effect.map(orDieIfMissing(markRetry(r)), movedIds)),
       markDead: (r: Parameters<typeof markDead>[0]) =>
-        storage("markDead")(Effect.map(orDieIfMissing(markDead(r)), (row) => row.ids))
+        storage("markDead")(Effect.map(orDieIfMissing(markDead(r)), movedIds))
     }
   })
 }) {}

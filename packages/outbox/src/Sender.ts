@@ -1,6 +1,6 @@
 import { ProviderHttp, timeProviderCall } from "@delivery/core"
 import type { TenantId } from "@delivery/signer"
-import { Context, Data, Effect, Layer } from "effect"
+import { Context, Data, Effect, Layer, type Tracer } from "effect"
 import { OutboxSettings } from "./OutboxConfig.ts"
 import { WebhookSigner } from "./WebhookSignature.ts"
 
@@ -14,6 +14,8 @@ export interface Delivery {
   /** The signed envelope as stored (RFC 8785 JSON): the exact body. */
   readonly body: string
   readonly attempt: number
+  /** The attempt's span (`OutboxDelivery.deliver`): the provider call's span nests in it. */
+  readonly span?: Tracer.AnySpan
 }
 
 /** The attempt was not made at all, for a reason of ours rather than the receiver's. */
@@ -57,6 +59,7 @@ export const httpSender = Layer.effect(
     const provider = yield* ProviderHttp.ProviderHttp
     const webhooks = yield* WebhookSigner
     const { requestTimeout } = yield* OutboxSettings
+    const timed = timeProviderCall("outbox")
     const forBatch = (tenants: ReadonlySet<TenantId>) =>
       Effect.map(webhooks.forBatch(tenants), (headersFor): Send => (delivery) => {
         // Validated (ProviderEndpoint.parse) when the operator registered it.
@@ -72,8 +75,9 @@ export const httpSender = Layer.effect(
                 body: delivery.body,
                 contentType: "application/json",
                 headers,
-                timeout: requestTimeout
-              }).pipe(timeProviderCall("outbox"))
+                timeout: requestTimeout,
+                ...(delivery.span === undefined ? {} : { parentSpan: delivery.span })
+              }).pipe(timed)
           })
         )
       })
