@@ -12,8 +12,8 @@ import { declareValuePlugin, PluginKind } from "@stryker-mutator/api/plugin"
  *   still mutated, and so is the removal of a block that contains a log call.
  * - `effect-service-keys`: the key string of `Context.Tag("key")` and `Effect.Service<S>()("key", ...)`. A key
  *   is an identity; one mutant at a time cannot make two services collide.
- * - `effect-span-names`: the name string of `Effect.fn("name")` and `Effect.withSpan("name", ...)`, which only
- *   a tracer reads.
+ * - `effect-span-names`: the name string of `Effect.fn("name")`, `Effect.withSpan("name", ...)` and
+ *   `Effect.useSpan("name", ...)`, which only a tracer reads.
  */
 
 /** The parts of Babel's AST that the ignorers read (Stryker hands over Babel `NodePath`s). */
@@ -79,7 +79,7 @@ export const effectServiceKeys: Ignorer = {
   }
 }
 
-const SPAN_CALLS = new Set(["fn", "withSpan"])
+const SPAN_CALLS = new Set(["fn", "withSpan", "useSpan"])
 
 export const effectSpanNames: Ignorer = {
   shouldIgnore(path) {
