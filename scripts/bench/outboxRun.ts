@@ -13,10 +13,12 @@ import {
 } from "@delivery/outbox"
 import { KeyId, KeySource, privateKeyFromSeed, ProjectId, RawPublicKey, rawPublicKey, Signer, TenantId } from "@delivery/signer"
 import { connect, createDatabase, PgCluster } from "@delivery/testing"
-import { Duration, Effect, Layer, Schedule } from "effect"
+import { Context, Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
 import { makeWorkerUtils, Logger as GraphileLogger, run as runGraphile } from "graphile-worker"
 import { randomUUID, sign } from "node:crypto"
 import { PgBoss } from "pg-boss"
+import { AppConfig, type AppConfigShape } from "../../packages/backend/src/Config.ts"
+import { DatabaseLive } from "../../packages/backend/src/Database.ts"
 import { peakRssMb, postgresCpu, processCpu, selfCpu } from "./cpu.ts"
 
 // One queue of the outbox bench in a process of its own, so that its CPU and its peak RSS are its
@@ -114,8 +116,14 @@ let body = process.env.BENCH_BODY ?? ""
 const runOurs = (jobs: number) =>
   Effect.scoped(Effect.gen(function*() {
     const db = yield* createDatabase
-    const sql = yield* connect(db.url, { maxConnections: CLAIMERS * 3 + 2 })
-    const Sql = Layer.succeed(SqlClient.SqlClient, sql)
+    // The backend's own pool (named prepared statements for the statements that ask for them), as shipped.
+    const pool = yield* Layer.build(DatabaseLive.pipe(Layer.provide(Layer.succeed(AppConfig, {
+      role: "backend",
+      databaseUrl: Option.some(Redacted.make(db.url)),
+      databasePoolMax: CLAIMERS * 3 + 2
+    } as unknown as AppConfigShape))))
+    const Sql = Layer.succeedContext(pool)
+    const sql = Context.get(pool, SqlClient.SqlClient)
     yield* runMigrations().pipe(Effect.provide(Sql), Effect.provide(BunContext.layer))
     const settings = OutboxSettings.fromMap({
       OUTBOX_CLAIMERS: String(CLAIMERS),

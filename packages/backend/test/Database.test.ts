@@ -89,4 +89,26 @@ layer(TestDatabaseLive, { excludeTestServices: true })("the database pool", (it)
       }),
     30_000
   )
+
+  it.scoped(
+    "a statement whose text ends with /* prepared */ is sent as a named prepared statement, parsed once per connection under one name per text; any other statement stays unnamed",
+    () =>
+      Effect.gen(function* () {
+        const db = yield* TestDatabase
+        const context = yield* Layer.build(poolThrough(db.url))
+        const sql = yield* Effect.provide(SqlClient.SqlClient, context)
+        // One transaction holds one connection: prepared statements belong to a session.
+        const names = yield* sql.withTransaction(Effect.gen(function* () {
+          for (const value of [1, 2, 3]) {
+            expect(yield* sql<{ readonly x: number }>`SELECT ${value}::int AS x /* prepared */`).toEqual([{ x: value }])
+          }
+          yield* sql`SELECT ${4}::int AS y`
+          return yield* sql<{ readonly name: string; readonly statement: string }>`
+            SELECT name, statement FROM pg_prepared_statements ORDER BY name`
+        }))
+        expect(names.length).toBe(1)
+        expect(names[0]!.name).toMatch(/^delivery_[0-9a-f]{24}$/)
+        expect(names[0]!.statement).toBe("SELECT $1::int AS x /* prepared */")
+      })
+  )
 })

@@ -31,6 +31,11 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
+    // The peek and the claim run once per batch with a text that never changes: `/* prepared */` has the backend's
+    // pool send them as named prepared statements (packages/backend/src/Database.ts), so PostgreSQL parses them once
+    // per connection and stops planning the claim on every batch (about a quarter of its time for 100 rows). The
+    // fenced transitions are not: their fence's text has one group per attempt number in the batch.
+
     // Tenants of the next due rows, so the rate of each can be checked before anything is claimed.
     const peekDue = SqlSchema.findAll({
       // Stryker disable next-line ObjectLiteral: an empty Struct encodes the request unchanged (strings, numbers, Dates and their arrays encode to themselves)
@@ -42,7 +47,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           SELECT tenant FROM outbox_messages
           WHERE state IN ('pending', 'delivering') AND due_at <= ${r.now} AND tenant <> ALL(${r.blocked}::text[])
           ORDER BY due_at LIMIT ${r.limit}
-        ) next GROUP BY tenant`.withoutTransform
+        ) next GROUP BY tenant /* prepared */`.withoutTransform
     })
 
     // Claim = lease (DESIGN), core's statement: SKIP LOCKED, the lease and the attempt in one statement. An
@@ -64,7 +69,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
       })}
         SELECT c.id, c.tenant, c.project, c.attempt, c.attempt_ceiling, e.envelope, t.endpoint
         FROM claimed c JOIN outbox_envelopes e ON e.id = c.id
-          LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project`.withoutTransform
+          LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project /* prepared */`.withoutTransform
     })
 
     /** The fence of a batch (core's `attemptFence`): each row's id with the attempt it was claimed under. */

@@ -1,5 +1,5 @@
 import { expect, layer } from "@effect/vitest"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, Statement } from "@effect/sql"
 import { connect, TestDatabase } from "@delivery/testing"
 import { Effect } from "effect"
 import { DeliveryRepo } from "../src/DeliveryRepo.ts"
@@ -22,5 +22,31 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery statements (sp
         Effect.flip(repo.markDead({ ...fence, reasons: ["rejected"], codes: ["provider-4xx"], now }))
       ])
       expect(failures).toEqual(["peekDue", "claim", "markDelivered", "markRetry", "markDead"].map((operation) => new OutboxStorageUnavailable({ operation })))
+    }))
+
+  it.effect("the peek and the claim, whose texts never change, ask to be named prepared statements (`/* prepared */`); the fenced transitions, whose fence has one group per attempt number, do not", () =>
+    Effect.gen(function*() {
+      const repo = yield* DeliveryRepo.pipe(Effect.provide(DeliveryRepo.Default))
+      const texts: Array<string> = []
+      const captured = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+        Statement.withTransformer(effect, (statement) =>
+          Effect.sync(() => {
+            texts.push(statement.compile()[0])
+            return statement
+          }))
+      const now = new Date()
+      const fence = { ids: ["00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"], attempts: [1, 2] }
+      yield* captured(Effect.all([
+        repo.peekDue({ now, blocked: ["other"], limit: 100 }),
+        repo.claim({ tenant: "acme", limit: 100, now, leaseUntil: now, owner: "w1" }),
+        repo.claim({ tenant: "globex", limit: 7, now, leaseUntil: now, owner: "w2" }),
+        repo.markDelivered({ ...fence, now }),
+        repo.markRetry({ ...fence, dueAts: [now, now], codes: ["provider-5xx", "provider-5xx"] }),
+        repo.markDead({ ...fence, reasons: ["rejected", "rejected"], codes: ["provider-4xx", "provider-4xx"], now })
+      ]))
+      const prepared = texts.map((text) => text.endsWith("/* prepared */"))
+      expect(prepared).toEqual([true, true, true, false, false, false])
+      // One text per statement whatever its values: two claims for other tenants and limits share theirs.
+      expect(texts[1]).toBe(texts[2])
     }))
 })
