@@ -33,8 +33,9 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
 
     // The peek and the claim run once per batch with a text that never changes: `/* prepared */` has the backend's
     // pool send them as named prepared statements (packages/backend/src/Database.ts), so PostgreSQL parses them once
-    // per connection and stops planning the claim on every batch (about a quarter of its time for 100 rows). The
-    // fenced transitions are not: their fence's text has one group per attempt number in the batch.
+    // per connection and stops planning the claim on every batch (about a quarter of its time for 100 rows). A
+    // fenced transition's text has one group per attempt number in its batch: it is prepared only with one group
+    // (every batch of first attempts), so each connection holds at most three of them, never one per group count.
 
     // Tenants of the next due rows, so the rate of each can be checked before anything is claimed.
     const peekDue = SqlSchema.findAll({
@@ -76,6 +77,10 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
     const fence = (ids: ReadonlyArray<string>, attempts: ReadonlyArray<number>) =>
       attemptFence(sql, ids.map((id, i) => ({ id, attempt: attempts[i]! })), "uuid")
 
+    /** The marker that ends a fenced transition whose fence is one group (see above), or nothing. */
+    const preparedIfOneGroup = (attempts: ReadonlyArray<number>) =>
+      sql.literal(attempts.every((attempt) => attempt === attempts[0]) ? " /* prepared */" : "")
+
     // The fenced transitions, batched: one statement per outcome kind per tick. Each row carries its
     // claimed attempt; a row whose attempt moved on (a newer lease) is simply not returned.
     const markDelivered = SqlSchema.single({
@@ -89,7 +94,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved${preparedIfOneGroup(r.attempts)}`.withoutTransform
     })
 
     const markRetry = SqlSchema.single({
@@ -107,7 +112,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved${preparedIfOneGroup(r.attempts)}`.withoutTransform
     })
 
     const markDead = SqlSchema.single({
@@ -126,7 +131,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           WHERE m.id = c.id AND m.state = 'delivering' AND ${fence(r.ids, r.attempts)}
           RETURNING m.id
         )
-        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved`.withoutTransform
+        SELECT coalesce(string_agg(id::text, ','), '') AS ids FROM moved${preparedIfOneGroup(r.attempts)}`.withoutTransform
     })
 
     return {

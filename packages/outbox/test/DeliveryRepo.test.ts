@@ -24,7 +24,7 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery statements (sp
       expect(failures).toEqual(["peekDue", "claim", "markDelivered", "markRetry", "markDead"].map((operation) => new OutboxStorageUnavailable({ operation })))
     }))
 
-  it.effect("the peek and the claim, whose texts never change, ask to be named prepared statements (`/* prepared */`); the fenced transitions, whose fence has one group per attempt number, do not", () =>
+  it.effect("the peek and the claim, whose texts never change, ask to be named prepared statements (`/* prepared */`); a fenced transition only when its fence is one group (one attempt number), so a connection never collects one per group count", () =>
     Effect.gen(function*() {
       const repo = yield* DeliveryRepo.pipe(Effect.provide(DeliveryRepo.Default))
       const texts: Array<string> = []
@@ -36,16 +36,23 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery statements (sp
           }))
       const now = new Date()
       const fence = { ids: ["00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"], attempts: [1, 2] }
+      const oneAttempt = { ids: fence.ids, attempts: [3, 3] }
       yield* captured(Effect.all([
         repo.peekDue({ now, blocked: ["other"], limit: 100 }),
         repo.claim({ tenant: "acme", limit: 100, now, leaseUntil: now, owner: "w1" }),
         repo.claim({ tenant: "globex", limit: 7, now, leaseUntil: now, owner: "w2" }),
         repo.markDelivered({ ...fence, now }),
         repo.markRetry({ ...fence, dueAts: [now, now], codes: ["provider-5xx", "provider-5xx"] }),
-        repo.markDead({ ...fence, reasons: ["rejected", "rejected"], codes: ["provider-4xx", "provider-4xx"], now })
+        repo.markDead({ ...fence, reasons: ["rejected", "rejected"], codes: ["provider-4xx", "provider-4xx"], now }),
+        repo.markDelivered({ ...oneAttempt, now }),
+        repo.markRetry({ ...oneAttempt, dueAts: [now, now], codes: ["provider-5xx", "provider-5xx"] }),
+        repo.markDead({ ...oneAttempt, reasons: ["rejected", "rejected"], codes: ["provider-4xx", "provider-4xx"], now }),
+        repo.markDelivered({ ids: [fence.ids[0]!], attempts: [7], now })
       ]))
       const prepared = texts.map((text) => text.endsWith("/* prepared */"))
-      expect(prepared).toEqual([true, true, true, false, false, false])
+      expect(prepared).toEqual([true, true, true, false, false, false, true, true, true, true])
+      // Prepared transitions of one group share their text whatever the attempt number and the batch's size.
+      expect(texts[9]).toBe(texts[6])
       // One text per statement whatever its values: two claims for other tenants and limits share theirs.
       expect(texts[1]).toBe(texts[2])
     }))
