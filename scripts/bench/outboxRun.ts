@@ -13,12 +13,11 @@ import {
 } from "@delivery/outbox"
 import { KeyId, KeySource, privateKeyFromSeed, ProjectId, RawPublicKey, rawPublicKey, Signer, TenantId } from "@delivery/signer"
 import { connect, createDatabase, PgCluster } from "@delivery/testing"
-import { Context, Duration, Effect, Layer, Option, Redacted, Schedule } from "effect"
+import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import { makeWorkerUtils, Logger as GraphileLogger, run as runGraphile } from "graphile-worker"
 import { randomUUID, sign } from "node:crypto"
 import { PgBoss } from "pg-boss"
-import { AppConfig, type AppConfigShape } from "../../packages/backend/src/Config.ts"
-import { DatabaseLive } from "../../packages/backend/src/Database.ts"
+import { databasePool } from "../../packages/backend/src/Database.ts"
 import { peakRssMb, postgresCpu, processCpu, selfCpu } from "./cpu.ts"
 
 // One queue of the outbox bench in a process of its own, so that its CPU and its peak RSS are its
@@ -117,11 +116,9 @@ const runOurs = (jobs: number) =>
   Effect.scoped(Effect.gen(function*() {
     const db = yield* createDatabase
     // The backend's own pool (named prepared statements for the statements that ask for them), as shipped.
-    const pool = yield* Layer.build(DatabaseLive.pipe(Layer.provide(Layer.succeed(AppConfig, {
-      role: "backend",
-      databaseUrl: Option.some(Redacted.make(db.url)),
-      databasePoolMax: CLAIMERS * 3 + 2
-    } as unknown as AppConfigShape))))
+    const pool = yield* Layer.build(
+      databasePool({ url: Redacted.make(db.url), maxConnections: CLAIMERS * 3 + 2, applicationName: "delivery-bench" })
+    )
     const Sql = Layer.succeedContext(pool)
     const sql = Context.get(pool, SqlClient.SqlClient)
     yield* runMigrations().pipe(Effect.provide(Sql), Effect.provide(BunContext.layer))

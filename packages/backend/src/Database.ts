@@ -1,7 +1,7 @@
 import { Reactivity } from "@effect/experimental"
 import { SqlClient, SqlError } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { runMigrations } from "@delivery/core"
+import { PREPARED_MARKER, runMigrations } from "@delivery/core"
 import { Context, Data, Duration, Effect, Layer, Option, Redacted } from "effect"
 import { createHash } from "node:crypto"
 import * as Pg from "pg"
@@ -20,7 +20,7 @@ export class DatabasePool extends Context.Tag("@delivery/backend/DatabasePool")<
   readonly usage: () => PoolUsage
 }>() {}
 
-interface PoolOptions {
+export interface PoolOptions {
   readonly url: Redacted.Redacted
   readonly maxConnections: number
   readonly applicationName: string
@@ -47,15 +47,6 @@ class BoundedConnectClient extends Pg.Client {
   }
 }
 
-/**
- * A statement whose text ends with this comment is sent as a named prepared statement: node-postgres parses it
- * once per connection (and PostgreSQL plans it from then on as it sees fit) and afterwards sends only Bind and
- * Execute. For the few statements that run on every request (the device credential lookup, the inbox's ingest):
- * their texts are fixed, so each connection holds a handful of them. Never for statements built with a varying
- * shape (lists, `sql.in`), which would pile up prepared statements for the life of the connection, nor for
- * `SELECT *` (a column added by a migration would make the cached plan's result type fail).
- */
-export const PREPARED_MARKER = "/* prepared */"
 
 const preparedNames = new Map<string, string>()
 /** The same text always gets the same name, so no connection ever sees one name for two statements. */
@@ -100,8 +91,9 @@ const acquirePool = (options: PoolOptions) =>
     )
   )
 
+/** A pool and its PgClient, as the backend makes them (DatabaseLive); the outbox bench runs its worker on one. */
 // The log layer is built before the pool, so its finalizer runs right after the pool's.
-const pool = (options: PoolOptions) =>
+export const databasePool = (options: PoolOptions) =>
   Layer.scopedContext(
     Effect.gen(function* () {
       const pg = yield* acquirePool(options)
@@ -128,12 +120,12 @@ export const DatabaseLive = Layer.unwrapScoped(
     const applicationName = `delivery-${config.role}`
     if (Option.isSome(config.databaseUrl)) {
       yield* Effect.logInfo(`connecting to DATABASE_URL (pool of ${config.databasePoolMax})`)
-      return pool({ url: config.databaseUrl.value, maxConnections: config.databasePoolMax, applicationName })
+      return databasePool({ url: config.databaseUrl.value, maxConnections: config.databasePoolMax, applicationName })
     }
     // Acquired here, in the outer scope: closed only after the pool below has been disposed.
     const embedded = yield* startEmbeddedPostgres(config.embeddedDataDir)
     // PGlite serializes everything through one backend: a second connection would only queue.
-    return pool({ url: Redacted.make(embedded.url), maxConnections: 1, applicationName })
+    return databasePool({ url: Redacted.make(embedded.url), maxConnections: 1, applicationName })
   })
 )
 

@@ -1,6 +1,17 @@
 import type { SqlError } from "@effect/sql"
 import { Effect, type ParseResult, Predicate } from "effect"
 
+/**
+ * A statement whose text ends with this comment is sent as a named prepared statement by the backend's pool
+ * (packages/backend/src/Database.ts): node-postgres parses it once per connection (and PostgreSQL plans it from then
+ * on as it sees fit) and afterwards sends only Bind and Execute. For the few statements that run on every request or
+ * batch (the credential lookups, the inbox's ingest, the outbox's peek and claim): their texts are fixed, so each
+ * connection holds a handful of them. Never for statements built with a varying shape (lists, `sql.in`), which would
+ * pile up prepared statements for the life of the connection, nor for `SELECT *` (a column added by a migration
+ * would make the cached plan's result type fail).
+ */
+export const PREPARED_MARKER = "/* prepared */"
+
 /** What is kept of a database failure: the operation and the SQLSTATE, never the driver's message (it can quote parameters). */
 export interface StorageFault {
   readonly operation: string

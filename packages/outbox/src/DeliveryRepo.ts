@@ -1,4 +1,4 @@
-import { attemptFence, claimDue } from "@delivery/core"
+import { attemptFence, claimDue, PREPARED_MARKER } from "@delivery/core"
 import { SqlClient, SqlSchema } from "@effect/sql"
 import { Effect, Schema } from "effect"
 import { orDieIfMissing, storage } from "./Storage.ts"
@@ -30,9 +30,11 @@ const movedIds = (row: typeof Moved.Type): ReadonlyArray<string> => (row.ids ===
 export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outbox/DeliveryRepo", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
+    const prepared = sql.literal(` ${PREPARED_MARKER}`)
+    const unprepared = sql.literal("")
 
-    // The peek and the claim run once per batch with a text that never changes: `/* prepared */` has the backend's
-    // pool send them as named prepared statements (packages/backend/src/Database.ts), so PostgreSQL parses them once
+    // The peek and the claim run once per batch with a text that never changes: core's `PREPARED_MARKER` has the
+    // backend's pool send them as named prepared statements (packages/backend/src/Database.ts), so PostgreSQL parses them once
     // per connection and stops planning the claim on every batch (about a quarter of its time for 100 rows). A
     // fenced transition's text has one group per attempt number in its batch: it is prepared only with one group
     // (every batch of first attempts), so each connection holds at most three of them, never one per group count.
@@ -48,7 +50,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
           SELECT tenant FROM outbox_messages
           WHERE state IN ('pending', 'delivering') AND due_at <= ${r.now} AND tenant <> ALL(${r.blocked}::text[])
           ORDER BY due_at LIMIT ${r.limit}
-        ) next GROUP BY tenant /* prepared */`.withoutTransform
+        ) next GROUP BY tenant${prepared}`.withoutTransform
     })
 
     // Claim = lease (DESIGN), core's statement: SKIP LOCKED, the lease and the attempt in one statement. An
@@ -70,7 +72,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
       })}
         SELECT c.id, c.tenant, c.project, c.attempt, c.attempt_ceiling, e.envelope, t.endpoint
         FROM claimed c JOIN outbox_envelopes e ON e.id = c.id
-          LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project /* prepared */`.withoutTransform
+          LEFT JOIN outbox_targets t ON t.tenant = c.tenant AND t.project = c.project${prepared}`.withoutTransform
     })
 
     /** The fence of a batch (core's `attemptFence`): each row's id with the attempt it was claimed under. */
@@ -79,7 +81,7 @@ export class DeliveryRepo extends Effect.Service<DeliveryRepo>()("@delivery/outb
 
     /** The marker that ends a fenced transition whose fence is one group (see above), or nothing. */
     const preparedIfOneGroup = (attempts: ReadonlyArray<number>) =>
-      sql.literal(attempts.every((attempt) => attempt === attempts[0]) ? " /* prepared */" : "")
+      attempts.every((attempt) => attempt === attempts[0]) ? prepared : unprepared
 
     // The fenced transitions, batched: one statement per outcome kind per tick. Each row carries its
     // claimed attempt; a row whose attempt moved on (a newer lease) is simply not returned.

@@ -1,5 +1,6 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient, Statement } from "@effect/sql"
+import { PREPARED_MARKER } from "@delivery/core"
 import { connect, TestDatabase } from "@delivery/testing"
 import { Effect } from "effect"
 import { DeliveryRepo } from "../src/DeliveryRepo.ts"
@@ -49,7 +50,7 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery statements (sp
         repo.markDead({ ...oneAttempt, reasons: ["rejected", "rejected"], codes: ["provider-4xx", "provider-4xx"], now }),
         repo.markDelivered({ ids: [fence.ids[0]!], attempts: [7], now })
       ]))
-      const prepared = texts.map((text) => text.endsWith("/* prepared */"))
+      const prepared = texts.map((text) => text.endsWith(PREPARED_MARKER))
       expect(prepared).toEqual([true, true, true, false, false, false, true, true, true, true])
       // Prepared transitions of one group share their text whatever the attempt number and the batch's size.
       expect(texts[9]).toBe(texts[6])
