@@ -47,6 +47,7 @@ export const EXPORTED_ATTRIBUTES: ReadonlySet<string> = new Set([
   "delivery.family",
   "delivery.outcome",
   "delivery.claimed",
+  "batch.size",
   "db.system.name",
   "status.interrupted"
 ])

@@ -90,6 +90,7 @@ describe("configuration", () => {
     SYNC_INGEST_LIMIT: "0",
     SYNC_INGEST_WINDOW: "0 seconds",
     INBOX_MAX_ENVELOPE_BYTES: "100",
+    INBOX_INGEST_CONCURRENCY: "0",
     INBOX_PAYLOAD_RETENTION: "forever",
     INBOX_RETENTION_INTERVAL: "0 seconds",
     OUTBOX_BATCH_SIZE: "101",

@@ -19,6 +19,7 @@ interface ExportedSpan {
   readonly service: unknown
   readonly spanId: string
   readonly parentSpanId: string | undefined
+  readonly links: ReadonlyArray<string>
 }
 
 /** A collector on 127.0.0.1 that accepts OTLP/HTTP JSON on POST /v1/traces and keeps every request body. */
@@ -50,6 +51,7 @@ const spansOf = (bodies: ReadonlyArray<string>): Array<ExportedSpan> =>
           service,
           spanId: span.spanId,
           parentSpanId: span.parentSpanId || undefined,
+          links: (span.links ?? []).map((link: any) => link.spanId),
           attributes: Object.fromEntries((span.attributes ?? []).map((attribute: any) => [attribute.key, valueOf(attribute.value)]))
         }))
       )
@@ -135,6 +137,10 @@ layer(SuiteLayer, { excludeTestServices: true })("traces and JSON logs of a real
           "http.response.status_code": 201
         }])
         expect(named("EnvelopeInbox.receive").map((span) => span.attributes["correlation.id"])).toEqual([ingestId])
+        // The ingest statement runs for every envelope of its batch (group commit): a root span linked to each one's.
+        const [receiveSpan] = named("EnvelopeInbox.receive")
+        expect(named("InboxRepo.ingest").map((span) => [span.parentSpanId, span.links, span.attributes["batch.size"]]))
+          .toEqual([[undefined, [receiveSpan!.spanId], 1]])
         expect(named("POST /api/outbox/messages").map((span) => span.attributes["correlation.id"])).toEqual([enqueueId])
         expect(named("Outbox.enqueue").map((span) => span.attributes["correlation.id"])).toEqual([enqueueId])
         // The worker's spans belong to no request.

@@ -14,6 +14,12 @@ export const PayloadRetentionConfig = positiveDuration("INBOX_PAYLOAD_RETENTION"
 /** The route's own body limit, enforced before the body becomes JSON (Bun ignores withMaxBodySize). */
 export const MaxEnvelopeBytesConfig = integerBetween("INBOX_MAX_ENVELOPE_BYTES", 1024, 16 * 1024 * 1024, 64 * 1024)
 
+/**
+ * Ingest statements one process runs at once; envelopes that arrive while they run are committed together by the
+ * next one (group commit, docs/controlplane-inbound.md).
+ */
+export const IngestConcurrencyConfig = integerBetween("INBOX_INGEST_CONCURRENCY", 1, 100, 1)
+
 /** How long the retention worker waits between sweeps (also after a failed one). */
 export const RetentionIntervalConfig = positiveDuration("INBOX_RETENTION_INTERVAL", Duration.hours(1))
 
@@ -22,6 +28,7 @@ export const InboxConfig = Config.all({
   sync: SyncLimitConfig,
   payloadRetention: PayloadRetentionConfig,
   maxEnvelopeBytes: MaxEnvelopeBytesConfig,
+  ingestConcurrency: IngestConcurrencyConfig,
   retentionInterval: RetentionIntervalConfig
 })
 
@@ -43,6 +50,12 @@ export const INBOX_CONFIG: ReadonlyArray<{
     name: "INBOX_MAX_ENVELOPE_BYTES",
     default: "65536",
     meaning: "largest envelope body POST /controlplane/v1/envelopes reads (1024 to 16 MiB); larger bodies get 413 before authentication",
+    secret: false
+  },
+  {
+    name: "INBOX_INGEST_CONCURRENCY",
+    default: "1",
+    meaning: "ingest statements one backend process runs at once (1-100); envelopes arriving meanwhile are committed together by the next statement, at most 32 (and 4 MiB of envelopes) per statement",
     secret: false
   },
   {

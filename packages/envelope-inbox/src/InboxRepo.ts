@@ -1,8 +1,9 @@
-import { completionBucket, queueViewQuery, QueueViewRow, storageErrors, windowsStart } from "@delivery/core"
+import { completionBucket, makeBatcher, queueViewQuery, QueueViewRow, storageErrors, windowsStart } from "@delivery/core"
 import type { VerifiedIdentity } from "@delivery/identity"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Data, Effect, Option, Predicate, Schema } from "effect"
+import { Data, Effect, Exit, Option, Predicate, Schema } from "effect"
 import { type AuditOutcome, ConflictReason } from "./Domain.ts"
+import { IngestConcurrencyConfig } from "./InboxConfig.ts"
 import type { LockedStream } from "./StreamRules.ts"
 
 // SQL only; private to the package. `.withoutTransform` keeps these row shapes whatever name transforms
@@ -104,8 +105,13 @@ const IngestRow = Schema.Union(
 )
 export type IngestOutcome = typeof IngestRow.Type
 // Built once: the ingest statement runs on every envelope. Its parameters are already typed values of
-// ours (validated by the envelope stages), so only the row that comes back is decoded.
-const decodeIngestRows = Schema.decodeUnknown(Schema.Tuple(IngestRow))
+// ours (validated by the envelope stages), so only the rows that come back are decoded.
+const decodeBatchRows = Schema.decodeUnknown(Schema.Array(Schema.extend(Schema.Struct({ index: Schema.Int }), IngestRow)))
+
+// Group commit of the ingest statement (docs/controlplane-inbound.md, "Group commit"): INBOX_INGEST_CONCURRENCY
+// statements at once per process, each of at most this many envelopes and this many characters of envelope text.
+const INGEST_BATCH_ITEMS = 32
+const INGEST_BATCH_CHARS = 4 * 1024 * 1024
 
 // Retention deletes at most this many payload rows per statement (spec 000).
 export const RETENTION_BATCH = 1_000
@@ -154,7 +160,7 @@ const FloorAuditRead = Schema.Struct({
 export type FloorAuditRead = typeof FloorAuditRead.Type
 
 export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-inbox/InboxRepo", {
-  effect: Effect.gen(function* () {
+  scoped: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
 
     // Creates the stream on first use and locks its row until commit. DO UPDATE (not DO NOTHING) takes
@@ -239,16 +245,49 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
     // Spec 000 steps 5 and 6 in one statement, so one transaction (migrations/0005_inbox_ingest_function.sql),
     // after the key's state (migrations/0033_inbox_ingest_key_check.sql): lock the stream, check retained
     // identities, replay floor and sequence, then commit identity, payload, cursor and audit row, or only the
-    // audit row of a duplicate or refusal. Sent as a prepared statement (the backend's pool names statements
-    // that end with the marker): it runs for every envelope, so it is parsed and planned once per connection.
-    const ingest = (w: IngestWrite) =>
+    // audit row of a duplicate or refusal. Several envelopes at once (migrations/0035_inbox_ingest_batch.sql): each
+    // is one inbox_ingest call with its own outcome, all in the statement's one transaction. Sent as a prepared
+    // statement (the backend's pool names statements that end with the marker): its text never changes, so it is
+    // parsed and planned once per connection.
+    const ingestBatch = (ws: ReadonlyArray<IngestWrite>) =>
       Effect.flatMap(
-        sql`SELECT o_outcome AS outcome, o_reason AS reason, o_cursor AS cursor FROM inbox_ingest(
-          ${w.tenant}, ${w.project}, ${w.producer}, ${w.sequence}, ${w.eventId}, ${w.idempotencyKey}, ${w.eventIdentity},
-          ${w.envelope}, ${w.account}, ${w.device}, ${w.correlationId}, ${w.at}, ${w.expiresAt},
-          ${w.keyId}, ${Buffer.from(w.publicKey.buffer, w.publicKey.byteOffset, w.publicKey.byteLength)}) /* prepared */`.withoutTransform,
-        (rows) => Effect.map(decodeIngestRows(rows), ([row]) => row)
+        sql`SELECT o_index AS index, o_outcome AS outcome, o_reason AS reason, o_cursor AS cursor FROM inbox_ingest_batch(
+          ${ws.map((w) => w.tenant)}::text[], ${ws.map((w) => w.project)}::text[], ${ws.map((w) => w.producer)}::text[],
+          ${ws.map((w) => w.sequence)}::bigint[], ${ws.map((w) => w.eventId)}::text[], ${ws.map((w) => w.idempotencyKey)}::text[],
+          ${ws.map((w) => w.eventIdentity)}::text[], ${ws.map((w) => w.envelope)}::text[], ${ws.map((w) => w.account)}::text[],
+          ${ws.map((w) => w.device)}::text[], ${ws.map((w) => w.correlationId)}::text[], ${ws.map((w) => w.at)}::timestamptz[],
+          ${ws.map((w) => w.expiresAt)}::timestamptz[], ${ws.map((w) => w.keyId)}::text[],
+          ${ws.map((w) => Buffer.from(w.publicKey.buffer, w.publicKey.byteOffset, w.publicKey.byteLength))}::bytea[]
+        ) /* prepared */`.withoutTransform,
+        (rows) =>
+          Effect.flatMap(decodeBatchRows(rows), (decoded) => {
+            const outcomes: Array<IngestOutcome | undefined> = Array.from({ length: ws.length })
+            for (const { index, ...outcome } of decoded) outcomes[index - 1] = outcome
+            return outcomes.every((outcome) => outcome !== undefined)
+              ? Effect.succeed(outcomes as ReadonlyArray<IngestOutcome>)
+              : Effect.dieMessage("inbox_ingest_batch answered no row for an envelope")
+          })
       )
+
+    // A batch that failed committed nothing. Alone, each envelope fails only for its own reason (a database that is
+    // down fails them all again): an element no other envelope can pass must not fail those it was batched with.
+    const ingestEach = (ws: ReadonlyArray<IngestWrite>) =>
+      Effect.matchEffect(ingestBatch(ws), {
+        onSuccess: (outcomes) => Effect.succeed(outcomes.map(Exit.succeed)),
+        onFailure: (error) =>
+          ws.length === 1
+            ? Effect.succeed([Exit.fail(error)])
+            : Effect.forEach(ws, (w) => Effect.exit(Effect.map(ingestBatch([w]), ([outcome]) => outcome!)))
+      })
+
+    const ingest = yield* makeBatcher({
+      span: "InboxRepo.ingest",
+      // Validated with the rest of the environment at start-up (InboxConfig), like every setting of the package.
+      concurrency: yield* Effect.orDie(IngestConcurrencyConfig),
+      maxItems: INGEST_BATCH_ITEMS,
+      weight: { of: (w: IngestWrite) => w.envelope.length, max: INGEST_BATCH_CHARS },
+      run: ingestEach
+    })
 
     const raiseFloor = (r: { readonly streamId: number; readonly floor: number; readonly cursor: number }) => sql`
       UPDATE inbox_streams SET replay_floor = GREATEST(replay_floor, ${r.floor}), contiguous_cursor = ${r.cursor}
@@ -299,7 +338,7 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       floorAudit: (key: StreamKey, limit: number) => storage("floorAudit")(floorAudit({ ...key, limit })),
       runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
       /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
-      ingest: (w: IngestWrite) => storage("ingest")(ingest(w)),
+      ingest: (w: IngestWrite) => storage("ingest")(Effect.flatten(ingest(w))),
       insertAudit: (a: AuditRow) => storage("insertAudit")(Effect.asVoid(sql`INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(a)}`.withoutTransform)),
       /** Several counted rows in one statement (so one transaction: all of them or none). */
       insertCountedRefusals: (rows: ReadonlyArray<CountedRefusalRow>) =>

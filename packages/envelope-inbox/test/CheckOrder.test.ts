@@ -84,11 +84,12 @@ layer(SuiteLive(), { excludeTestServices: true })("spec 000: the inbound checks 
         expect.stringContaining("SELECT"), // the device credential
         expect.stringContaining("SELECT"), // the signing key, inside the verified tenant
         // Steps 5 and 6 in one autocommit statement, so one transaction: the stream lock, the identity
-        // checks, then identity, payload, audit and cursor (migrations/0005_inbox_ingest_function.sql).
-        "SELECT o_outcome AS"
+        // checks, then identity, payload, audit and cursor (migrations/0005_inbox_ingest_function.sql), for this
+        // envelope alone (nothing else was arriving: migrations/0035_inbox_ingest_batch.sql).
+        "SELECT o_index AS"
       ])
       expect(statements[1]).toContain("signer_keys")
-      expect(statements[2]).toContain("FROM inbox_ingest(")
+      expect(statements[2]).toContain("FROM inbox_ingest_batch(")
     }))
 
   // Each of these envelopes fails both step 3 and step 4: the answer must be step 3's.

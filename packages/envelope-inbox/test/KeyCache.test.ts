@@ -33,7 +33,7 @@ layer(SuiteLive({ ...generousEnv, SIGNER_REPLAY_WINDOW: "1 second" }), { exclude
         expect([next.result.status, next.keyLookups]).toEqual([201, 0])
         expect(next.statements).toHaveLength(2)
         expect(next.statements[0]).toContain("identity_device_credentials")
-        expect(next.statements[1]).toContain("FROM inbox_ingest(")
+        expect(next.statements[1]).toContain("FROM inbox_ingest_batch(")
         expect(next.statements.some((s) => s.includes("signer_keys"))).toBe(false)
       }))
 
@@ -48,7 +48,7 @@ layer(SuiteLive({ ...generousEnv, SIGNER_REPLAY_WINDOW: "1 second" }), { exclude
         expect([result.status, result.body._tag, result.body.reason]).toEqual([403, "EnvelopeForbidden", "key-revoked"])
         expect(keyLookups).toBe(0)
         expect(statements).toHaveLength(2)
-        expect(statements[1]).toContain("FROM inbox_ingest(")
+        expect(statements[1]).toContain("FROM inbox_ingest_batch(")
         // Nothing committed but the refusal's audit row: no identity, no payload, the cursor where it was.
         expect(yield* counts(p.tenant)).toEqual({ streams: 1, identities: 1, payloads: 1, audit: 2 })
         expect((yield* streamOf(p.tenant))?.cursor).toBe(1)

@@ -1,0 +1,103 @@
+import { Deferred, Effect, FiberId, FiberSet, Option, type Scope, Tracer } from "effect"
+
+export interface BatcherOptions<A, B, E> {
+  /** Batches run at the same time (for a statement: each holds one connection while it runs). */
+  readonly concurrency: number
+  /** The most items one batch carries. */
+  readonly maxItems: number
+  /** An item's weight (its bytes, say) and the most one batch carries; an item heavier than that runs alone. */
+  readonly weight?: { readonly of: (item: A) => number; readonly max: number }
+  /**
+   * Each batch runs in a root span of this name with a link to the span of every submitter (the request whose item
+   * it carries) and the `batch.size` attribute: the OpenTelemetry shape of work done for several traces at once.
+   */
+  readonly span: string
+  /** Runs one batch: one result per item, in the items' order. A failure is every item's failure. */
+  readonly run: (items: ReadonlyArray<A>) => Effect.Effect<ReadonlyArray<B>, E>
+}
+
+interface Batch<A, B, E> {
+  readonly items: Array<A>
+  readonly links: Array<Tracer.SpanLink>
+  weight: number
+  readonly done: Deferred.Deferred<ReadonlyArray<B>, E>
+}
+
+/**
+ * Batches items by load, with no timer: an item submitted while fewer than `concurrency` batches run is run at once
+ * (alone, so one request at a time never waits); items submitted while every run is busy gather into the next batch,
+ * which runs as soon as one ends. The returned function answers with the item's own result once its batch's run has
+ * ended. For a statement under load that is one round trip (and, for a write, one commit: group commit) for many
+ * items instead of one each.
+ *
+ * A submitter that is interrupted does not take its item out of a batch: the run may still commit it. When the scope
+ * closes, running batches are interrupted and batches not yet started end interrupted, so no submitter waits forever.
+ */
+export const makeBatcher = <A, B, E>(
+  options: BatcherOptions<A, B, E>
+): Effect.Effect<(item: A) => Effect.Effect<B, E>, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    // Batches run in the scope's fibers with the refs of whoever made the batcher, not those of the submitter that
+    // happened to start them (its span, its log annotations).
+    const running = yield* FiberSet.make<void>()
+    const fork = yield* FiberSet.runtime(running)<never>()
+    // Waiting to run, oldest first; items join the last one until it is full.
+    const waiting: Array<Batch<A, B, E>> = []
+    let busy = 0
+    let closed = false
+
+    const newBatch = (): Batch<A, B, E> => ({ items: [], links: [], weight: 0, done: Deferred.unsafeMake(FiberId.none) })
+
+    const startBatches = (): void => {
+      while (!closed && busy < options.concurrency && waiting.length > 0) {
+        const batch = waiting.shift()!
+        busy++
+        fork(options.run(batch.items).pipe(
+          Effect.withSpan(options.span, {
+            root: true,
+            links: batch.links,
+            attributes: { "batch.size": batch.items.length },
+            captureStackTrace: false
+          }),
+          Effect.onExit((exit) => Deferred.done(batch.done, exit)),
+          Effect.ensuring(Effect.sync(() => {
+            busy--
+            startBatches()
+          })),
+          Effect.asVoid
+        ))
+      }
+    }
+
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        const left = waiting.splice(0)
+        return Effect.forEach(left, (batch) => Deferred.interrupt(batch.done), { discard: true })
+      }))
+
+    const submit = (item: A, submitter: Option.Option<Tracer.AnySpan>) =>
+      Effect.suspend(() => {
+        if (closed) return Effect.interrupt
+        const weight = options.weight?.of(item) ?? 0
+        let batch = waiting[waiting.length - 1]
+        const full = batch !== undefined && (
+          batch.items.length >= options.maxItems ||
+          (options.weight !== undefined && batch.items.length > 0 && batch.weight + weight > options.weight.max)
+        )
+        if (batch === undefined || full) {
+          batch = newBatch()
+          waiting.push(batch)
+        }
+        const index = batch.items.length
+        batch.items.push(item)
+        if (Option.isSome(submitter)) batch.links.push({ _tag: "SpanLink", span: submitter.value, attributes: {} })
+        batch.weight += weight
+        const done = batch.done
+        startBatches()
+        return Effect.flatMap(Deferred.await(done), (results) =>
+          index < results.length ? Effect.succeed(results[index]!) : Effect.dieMessage("batcher: a run answered fewer results than items"))
+      })
+
+    return (item: A): Effect.Effect<B, E> => Effect.flatMap(Effect.serviceOption(Tracer.ParentSpan), (span) => submit(item, span))
+  })
