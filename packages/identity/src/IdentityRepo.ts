@@ -1,3 +1,4 @@
+import { makeBatcher } from "@delivery/core"
 import { SqlClient, SqlError, SqlSchema } from "@effect/sql"
 import { Effect, Option, type ParseResult, Schema } from "effect"
 import { IdentityStorageUnavailable } from "./Domain.ts"
@@ -40,8 +41,13 @@ export const storage = (operation: string) =>
 <A, R>(effect: Effect.Effect<A, SqlError.SqlError | ParseResult.ParseError, R>) =>
   effect.pipe(Effect.catchTags({ ParseError: (error) => Effect.die(error), SqlError: unavailable(operation) }))
 
+const decodeDeviceCredentialRows = Schema.decodeUnknown(Schema.Array(DeviceCredentialRow))
+
+// Lookup ids are 24 hex digits (Token.ts): a full statement carries under two kilobytes of parameters.
+const DEVICE_LOOKUPS_PER_STATEMENT = 64
+
 export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/identity/IdentityRepo", {
-  effect: Effect.gen(function* () {
+  scoped: Effect.gen(function* () {
     const sql = yield* SqlClient.SqlClient
     // Never password_hash itself: whether there is one is all a view needs.
     const accountColumns = sql.literal("tenant_id, id, email, enabled, password_hash IS NOT NULL AS has_password, created_at")
@@ -222,15 +228,28 @@ export class IdentityRepo extends Effect.Service<IdentityRepo>()("@delivery/iden
         WHERE k.lookup_id = ${r.lookupId} AND k.kind = ${r.kind} /* prepared */`.withoutTransform
     })
 
-    const findDeviceCredential = SqlSchema.findOne({
-      Request: Schema.String,
-      Result: DeviceCredentialRow,
-      execute: (lookupId) => sql`
-        SELECT d.lookup_id, d.tenant_id, d.account_id, d.device_id, d.secret_hash,
-               d.expires_at, d.revoked_at, a.enabled AS account_enabled
-        FROM identity_device_credentials d
-        JOIN identity_accounts a ON a.tenant_id = d.tenant_id AND a.id = d.account_id
-        WHERE d.lookup_id = ${lookupId} /* prepared */`.withoutTransform
+    // Every device-authenticated request (each envelope) looks its credential up. Lookups that arrive while one runs
+    // are made together by the next statement (core's Batcher): one round trip for many envelopes under load, the
+    // same single lookup for one request at a time (docs/controlplane-inbound.md, "Group commit").
+    const findDeviceCredentials = (lookupIds: ReadonlyArray<string>) =>
+      Effect.flatMap(
+        sql`
+          SELECT d.lookup_id, d.tenant_id, d.account_id, d.device_id, d.secret_hash,
+                 d.expires_at, d.revoked_at, a.enabled AS account_enabled
+          FROM identity_device_credentials d
+          JOIN identity_accounts a ON a.tenant_id = d.tenant_id AND a.id = d.account_id
+          WHERE d.lookup_id = ANY(${lookupIds}::text[]) /* prepared */`.withoutTransform,
+        (rows) =>
+          Effect.map(decodeDeviceCredentialRows(rows), (found) => {
+            const byLookupId = new Map(found.map((row) => [row.lookup_id, row]))
+            return lookupIds.map((lookupId) => Option.fromNullable(byLookupId.get(lookupId)))
+          })
+      )
+    const findDeviceCredential = yield* makeBatcher({
+      span: "IdentityRepo.findDeviceCredential",
+      concurrency: 1,
+      maxItems: DEVICE_LOOKUPS_PER_STATEMENT,
+      run: findDeviceCredentials
     })
 
     const insertSession = (r: {

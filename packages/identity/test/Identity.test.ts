@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { Duration, Effect, Either, Exit, Layer, Redacted, Schema, TestClock, TestContext } from "effect"
+import { Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Redacted, Schedule, Schema, TestClock, TestContext } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import {
   ApiKeyName,
@@ -203,6 +203,49 @@ layer(TestLayer, { excludeTestServices: true })("Identity", (it) => {
       // The counter does count: a well-formed token costs exactly one read.
       yield* Effect.exit(identity.authenticate(Redacted.make(`device_${"a".repeat(24)}_${"b".repeat(43)}`)))
       expect(yield* counter.count).toBe(before + 1)
+    }))
+
+  it.effect("device credential lookups that arrive while one runs are made by the next statement together, and each request gets its own identity or refusal", () =>
+    Effect.gen(function* () {
+      const { identity, tenant, device } = yield* fixture
+      const sql = yield* PgClient.PgClient
+      const counter = yield* SqlCounter
+      const [first, good, revoked] = yield* Effect.all([device(), device(), device()])
+      yield* identity.revokeDeviceCredential(tenant, revoked!.id)
+      const unknown = Redacted.make(`device_${randomBytes(12).toString("hex")}_${"b".repeat(43)}`)
+
+      // A transaction holding the credentials table keeps the first lookup waiting inside the database.
+      const locked = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const holder = yield* Effect.fork(sql.withTransaction(Effect.gen(function* () {
+        yield* sql`LOCK TABLE identity_device_credentials IN ACCESS EXCLUSIVE MODE`
+        yield* Deferred.succeed(locked, undefined)
+        yield* Deferred.await(release)
+      })))
+      yield* Deferred.await(locked)
+      const before = (yield* counter.statements).length
+      const waiting = yield* Effect.fork(identity.authenticate(first!.token))
+      yield* Effect.retry(
+        Effect.flatMap(sql<{ n: number }>`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%identity_device_credentials%' AND pid <> pg_backend_pid()`,
+          ([row]) => row!.n > 0 ? Effect.void : Effect.fail("not yet")),
+        Schedule.spaced("10 millis").pipe(Schedule.upTo("10 seconds"))
+      )
+      const rest = yield* Effect.fork(Effect.all(
+        [good!.token, revoked!.token, unknown, good!.token].map((token) => Effect.either(identity.authenticate(token))),
+        { concurrency: "unbounded" }
+      ))
+      yield* Effect.sleep("200 millis")
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holder)
+      expect(yield* Fiber.join(waiting)).toMatchObject({ _tag: "Device", tenant, device: "dev-1" })
+      const [ok, refusedRevoked, refusedUnknown, again] = yield* Fiber.join(rest)
+      expect(Either.getOrThrow(ok!)).toMatchObject({ _tag: "Device", tenant })
+      expect(Either.getOrThrow(again!)).toMatchObject({ _tag: "Device", tenant })
+      expect(Either.flip(refusedRevoked!).pipe(Either.getOrThrow)).toEqual(reasonOf("revoked"))
+      expect(Either.flip(refusedUnknown!).pipe(Either.getOrThrow)).toEqual(reasonOf("unknown"))
+      // One statement for the first lookup, one for the four that arrived while it waited.
+      const lookups = (yield* counter.statements).slice(before).filter((s) => s.includes("FROM identity_device_credentials"))
+      expect(lookups).toHaveLength(2)
     }))
 
   it.effect("a database outage is a typed IdentityStorageUnavailable outcome, not a defect", () =>
