@@ -65,8 +65,9 @@ const startBackend = (databaseUrl: string, port: number, processes: number) =>
           // The bench measures the pipeline, not the limits: both are raised far past what it sends.
           IDENTITY_PEER_LIMIT: "1000000",
           SYNC_INGEST_LIMIT: "1000000000",
-          // JavaScriptCore's options (e.g. BUN_JSC_forceRAMSize) reach the backend, to try heap settings.
-          ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("BUN_JSC_")))
+          // JavaScriptCore's options (e.g. BUN_JSC_forceRAMSize) and the inbox's settings (e.g. INBOX_INGEST_CONCURRENCY)
+          // reach the backend, to try them.
+          ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("BUN_JSC_") || name.startsWith("INBOX_")))
         }
       })),
     (child) =>

@@ -24,9 +24,9 @@ interface Batch<A, B, E> {
 }
 
 /**
- * Batches items by load, with no timer: an item submitted while fewer than `concurrency` batches run is run at once
- * (alone, so one request at a time never waits); items submitted while every run is busy gather into the next batch,
- * which runs as soon as one ends. The returned function answers with the item's own result once its batch's run has
+ * Batches items by load, with no timer: an item submitted while fewer than `concurrency` batches run is run at the
+ * scheduler's next turn, with whatever else was submitted in this one (alone, so one request at a time never waits);
+ * items submitted while every run is busy gather into the next batch, which runs as soon as one ends. The returned function answers with the item's own result once its batch's run has
  * ended. For a statement under load that is one round trip (and, for a write, one commit: group commit) for many
  * items instead of one each.
  *
@@ -45,10 +45,12 @@ export const makeBatcher = <A, B, E>(
     const waiting: Array<Batch<A, B, E>> = []
     let busy = 0
     let closed = false
+    let starting = false
 
     const newBatch = (): Batch<A, B, E> => ({ items: [], links: [], weight: 0, done: Deferred.unsafeMake(FiberId.none) })
 
     const startBatches = (): void => {
+      starting = false
       while (!closed && busy < options.concurrency && waiting.length > 0) {
         const batch = waiting.shift()!
         busy++
@@ -62,11 +64,20 @@ export const makeBatcher = <A, B, E>(
           Effect.onExit((exit) => Deferred.done(batch.done, exit)),
           Effect.ensuring(Effect.sync(() => {
             busy--
-            startBatches()
+            scheduleStart()
           })),
           Effect.asVoid
         ))
       }
+    }
+
+    // Batches are started from a fiber of their own, at the scheduler's next turn: items submitted by fibers that run
+    // in this turn (the other requests of one burst, the submitters a finished batch just woke) join the batch
+    // instead of following it.
+    const scheduleStart = (): void => {
+      if (starting || closed) return
+      starting = true
+      fork(Effect.zipRight(Effect.yieldNow(), Effect.sync(startBatches)))
     }
 
     yield* Effect.addFinalizer(() =>
@@ -94,7 +105,7 @@ export const makeBatcher = <A, B, E>(
         if (Option.isSome(submitter)) batch.links.push({ _tag: "SpanLink", span: submitter.value, attributes: {} })
         batch.weight += weight
         const done = batch.done
-        startBatches()
+        scheduleStart()
         return Effect.flatMap(Deferred.await(done), (results) =>
           index < results.length ? Effect.succeed(results[index]!) : Effect.dieMessage("batcher: a run answered fewer results than items"))
       })

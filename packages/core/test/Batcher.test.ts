@@ -61,10 +61,21 @@ describe("Batcher", () => {
       expect(yield* Fiber.join(rest)).toEqual([4, 6, 8, 10])
     }))
 
+  it.scoped("items submitted in one turn of the scheduler go in one batch", () =>
+    Effect.gen(function* () {
+      const { submit, batches } = yield* recorder({ concurrency: 2 })
+      expect(yield* Effect.all([1, 2, 3].map(submit), { concurrency: "unbounded" })).toEqual([2, 4, 6])
+      expect(batches).toEqual([[1, 2, 3]])
+    }))
+
   it.scoped("never more than `concurrency` batches run at once", () =>
     Effect.gen(function* () {
       const { submit, batches, release, mostRunning } = yield* recorder({ concurrency: 2, held: true })
-      const all = yield* Effect.fork(Effect.all([1, 2, 3, 4, 5, 6].map(submit), { concurrency: "unbounded" }))
+      const one = yield* Effect.fork(submit(1))
+      yield* settle
+      const two = yield* Effect.fork(submit(2))
+      yield* settle
+      const rest = yield* Effect.fork(Effect.all([3, 4, 5, 6].map(submit), { concurrency: "unbounded" }))
       yield* settle
       expect(batches).toEqual([[1], [2]])
       yield* release(0)
@@ -72,7 +83,7 @@ describe("Batcher", () => {
       expect(batches).toEqual([[1], [2], [3, 4, 5, 6]])
       yield* release(1)
       yield* release(2)
-      expect(yield* Fiber.join(all)).toEqual([2, 4, 6, 8, 10, 12])
+      expect([yield* Fiber.join(one), yield* Fiber.join(two), ...(yield* Fiber.join(rest))]).toEqual([2, 4, 6, 8, 10, 12])
       expect(mostRunning()).toBe(2)
     }))
 
@@ -81,12 +92,12 @@ describe("Batcher", () => {
       const { submit, batches, release } = yield* recorder({ concurrency: 1, maxItems: 2, held: true })
       const all = yield* Effect.fork(Effect.all([1, 2, 3, 4, 5, 6].map(submit), { concurrency: "unbounded" }))
       yield* settle
-      for (let i = 0; i < 4; i++) {
+      for (let i = 0; i < 3; i++) {
         yield* release(i)
         yield* settle
       }
       expect(yield* Fiber.join(all)).toEqual([2, 4, 6, 8, 10, 12])
-      expect(batches).toEqual([[1], [2, 3], [4, 5], [6]])
+      expect(batches).toEqual([[1, 2], [3, 4], [5, 6]])
     }))
 
   it.scoped("a batch stops at its weight; an item heavier than the most a batch carries runs alone", () =>
@@ -94,12 +105,12 @@ describe("Batcher", () => {
       const { submit, batches, release } = yield* recorder({ concurrency: 1, weight: { of: (n) => n, max: 10 }, held: true })
       const all = yield* Effect.fork(Effect.all([1, 4, 5, 2, 30, 3].map(submit), { concurrency: "unbounded" }))
       yield* settle
-      for (let i = 0; i < 5; i++) {
+      for (let i = 0; i < 4; i++) {
         yield* release(i)
         yield* settle
       }
       expect(yield* Fiber.join(all)).toEqual([2, 8, 10, 4, 60, 6])
-      expect(batches).toEqual([[1], [4, 5], [2], [30], [3]])
+      expect(batches).toEqual([[1, 4, 5], [2], [30], [3]])
     }))
 
   it.scoped("a failed run is the failure of every item of its batch and of no other batch", () =>

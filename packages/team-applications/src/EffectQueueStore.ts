@@ -1,7 +1,7 @@
 import { PersistedQueue } from "@effect/experimental"
-import { Backoff } from "@delivery/core"
+import { Backoff, makeBatcher } from "@delivery/core"
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, FiberId, Layer, Option, Predicate } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Fiber, Layer, Option, Predicate } from "effect"
 import { randomUUID } from "node:crypto"
 
 // A project-owned `PersistedQueueStore` over `effect_queue` (migrations/0018): Effect's `PersistedQueue` interface
@@ -22,6 +22,9 @@ import { randomUUID } from "node:crypto"
 // together by the next, and `take` returns only after its outcome committed.
 
 export const TABLE = "effect_queue"
+
+// Outcomes one statement records at most (its arrays grow with them); more wait for the next statement.
+const OUTCOMES_PER_STATEMENT = 1_000
 
 /** What a hook sees of the attempt being recorded. */
 export interface AttemptRef {
@@ -258,47 +261,29 @@ export const make = (options: EffectQueueOptions) =>
         Effect.tap((moved) => warnLost(batch.filter((p) => !moved.has(p.item.sequence))))
       )
 
-    // Group commit: outcomes gather in `open` while earlier batches are being written; the flusher takes the whole
-    // batch at once and completes its one Deferred with the sequences that moved. Two batches may be in flight (on
-    // two connections), so one batch's takers run their handlers while the other batch commits.
-    interface Batch {
-      readonly items: Array<Pending>
-      readonly done: Deferred.Deferred<ReadonlySet<number>>
-    }
-    const newBatch = (): Batch => ({ items: [], done: Deferred.unsafeMake(FiberId.none) })
-    let open = newBatch()
-    let recording = 0
-    const outcomesWaiting = yield* Effect.makeLatch(false)
-    const writers = yield* Effect.makeSemaphore(2)
-    const flusher = yield* Effect.gen(function* () {
-      while (true) {
-        yield* outcomesWaiting.await
-        yield* writers.take(1)
-        outcomesWaiting.unsafeClose()
-        const batch = open
-        open = newBatch()
-        recording += batch.items.length
-        yield* flush(batch.items).pipe(
-          Effect.flatMap((moved) => Deferred.succeed(batch.done, moved)),
-          Effect.ensuring(Effect.zipRight(
-            Effect.sync(() => {
-              recording -= batch.items.length
-            }),
-            writers.release(1)
-          )),
-          Effect.forkDaemon
-        )
-      }
-    }).pipe(Effect.interruptible, Effect.forkDaemon)
+    // Group commit (core's Batcher): outcomes that finish while earlier batches are being written gather into the
+    // next batch. Two batches may be in flight (on two connections), so one batch's takers run their handlers while
+    // the other batch commits.
+    const recordOutcome = yield* makeBatcher({
+      span: "EffectQueue.recordOutcomes",
+      concurrency: 2,
+      maxItems: OUTCOMES_PER_STATEMENT,
+      run: (batch: ReadonlyArray<Pending>) => Effect.map(flush(batch), (moved) => batch.map((p) => moved.has(p.item.sequence)))
+    })
+    // Outcomes queued and not yet written: shutdown waits for them (the lease-expired exhaustions have no taker).
+    let settling = 0
 
     /** Queues the outcome for the next batch and waits until it was written: true when the fence held. */
     const settle = (item: Claimed, settlement: Settlement) =>
       Effect.suspend(() => {
         held.delete(item.sequence)
-        const batch = open
-        batch.items.push({ item, settlement })
-        outcomesWaiting.unsafeOpen()
-        return Effect.map(Deferred.await(batch.done), (moved) => moved.has(item.sequence))
+        settling++
+        return Effect.ensuring(
+          recordOutcome({ item, settlement }),
+          Effect.sync(() => {
+            settling--
+          })
+        )
       })
 
     const settlementOf = (item: Claimed, maxAttempts: number, exit: Exit.Exit<unknown, unknown>): Effect.Effect<Settlement> => {
@@ -477,13 +462,12 @@ export const make = (options: EffectQueueOptions) =>
         yield* Fiber.interruptAll(pollers)
         const unclaimed = [...lanes.values()].flatMap((lane) => lane.buffer.splice(0))
         yield* Effect.forEach(unclaimed, (item) => settle(item, { _tag: "returned" }), { concurrency: "unbounded", discard: true })
-        // Outcomes still queued (the lease-expired exhaustions) are flushed before the flusher stops.
+        // Outcomes still queued (the lease-expired exhaustions) are written before the store closes.
         const drained = Effect.gen(function* () {
-          while (open.items.length > 0 || recording > 0) yield* Effect.sleep(Duration.millis(5))
+          while (settling > 0) yield* Effect.sleep(Duration.millis(5))
         })
         yield* Effect.timeoutOption(drained, Duration.seconds(10))
         yield* Fiber.interrupt(refresher)
-        yield* Fiber.interrupt(flusher)
       })
     )
 
