@@ -25,10 +25,10 @@ interface Batch<A, B, E> {
 
 /**
  * Batches items by load, with no timer: an item submitted while fewer than `concurrency` batches run is run at the
- * scheduler's next turn, with whatever else was submitted in this one (alone, so one request at a time never waits);
- * items submitted while every run is busy gather into the next batch, which runs as soon as one ends. The returned function answers with the item's own result once its batch's run has
- * ended. For a statement under load that is one round trip (and, for a write, one commit: group commit) for many
- * items instead of one each.
+ * scheduler's next turn, together with whatever else was submitted in this turn (so one request at a time waits for
+ * no other); items submitted while every run is busy gather into the next batch, which runs as soon as one ends. The
+ * returned function answers with the item's own result once its batch's run has ended. For a statement under load
+ * that is one round trip (and, for a write, one commit: group commit) for many items instead of one each.
  *
  * A submitter that is interrupted does not take its item out of a batch: the run may still commit it. When the scope
  * closes, running batches are interrupted and batches not yet started end interrupted, so no submitter waits forever.
