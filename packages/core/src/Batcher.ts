@@ -1,4 +1,4 @@
-import { Deferred, Effect, FiberId, FiberSet, Option, type Scope, Tracer } from "effect"
+import { Deferred, Effect, Exit, FiberId, FiberSet, type Scope, Tracer } from "effect"
 
 export interface BatcherOptions<A, B, E> {
   /** Batches run at the same time (for a statement: each holds one connection while it runs). */
@@ -14,13 +14,20 @@ export interface BatcherOptions<A, B, E> {
   readonly span: string
   /** Runs one batch: one result per item, in the items' order. A failure is every item's failure. */
   readonly run: (items: ReadonlyArray<A>) => Effect.Effect<ReadonlyArray<B>, E>
+  /**
+   * A batch of several items whose run fails (with an error or a defect) is run again one item at a time, so that an
+   * item no other could pass fails only itself. For writes whose failed batch committed nothing.
+   */
+  readonly retryAlone?: boolean
 }
+
+const fewerResults = Exit.die(new Error("batcher: a run answered fewer results than items"))
 
 interface Batch<A, B, E> {
   readonly items: Array<A>
   readonly links: Array<Tracer.SpanLink>
   weight: number
-  readonly done: Deferred.Deferred<ReadonlyArray<B>, E>
+  readonly done: Deferred.Deferred<ReadonlyArray<Exit.Exit<B, E>>>
 }
 
 /**
@@ -49,12 +56,25 @@ export const makeBatcher = <A, B, E>(
 
     const newBatch = (): Batch<A, B, E> => ({ items: [], links: [], weight: 0, done: Deferred.unsafeMake(FiberId.none) })
 
+    /** Each item's own outcome: the batch's result, its failure, or (retryAlone) the item's run alone. */
+    const runBatch = (items: ReadonlyArray<A>): Effect.Effect<ReadonlyArray<Exit.Exit<B, E>>> =>
+      Effect.flatMap(Effect.exit(options.run(items)), (exit) => {
+        if (Exit.isSuccess(exit)) return Effect.succeed(exit.value.map(Exit.succeed))
+        if (options.retryAlone !== true || items.length === 1 || Exit.isInterrupted(exit)) {
+          return Effect.succeed(items.map(() => Exit.failCause(exit.cause)))
+        }
+        return Effect.zipRight(
+          Effect.logWarning(`${options.span}: a batch of ${items.length} failed; running each item alone`, exit.cause),
+          Effect.forEach(items, (item) => Effect.flatMap(runBatch([item]), ([alone]) => Effect.succeed(alone ?? fewerResults)))
+        )
+      })
+
     const startBatches = (): void => {
       starting = false
       while (!closed && busy < options.concurrency && waiting.length > 0) {
         const batch = waiting.shift()!
         busy++
-        fork(options.run(batch.items).pipe(
+        fork(runBatch(batch.items).pipe(
           Effect.withSpan(options.span, {
             root: true,
             links: batch.links,
@@ -87,7 +107,7 @@ export const makeBatcher = <A, B, E>(
         return Effect.forEach(left, (batch) => Deferred.interrupt(batch.done), { discard: true })
       }))
 
-    const submit = (item: A, submitter: Option.Option<Tracer.AnySpan>) =>
+    const submit = (item: A, submitter: Tracer.AnySpan | undefined) =>
       Effect.suspend(() => {
         if (closed) return Effect.interrupt
         const weight = options.weight?.of(item) ?? 0
@@ -102,13 +122,13 @@ export const makeBatcher = <A, B, E>(
         }
         const index = batch.items.length
         batch.items.push(item)
-        if (Option.isSome(submitter)) batch.links.push({ _tag: "SpanLink", span: submitter.value, attributes: {} })
+        if (submitter !== undefined) batch.links.push({ _tag: "SpanLink", span: submitter, attributes: {} })
         batch.weight += weight
         const done = batch.done
         scheduleStart()
-        return Effect.flatMap(Deferred.await(done), (results) =>
-          index < results.length ? Effect.succeed(results[index]!) : Effect.dieMessage("batcher: a run answered fewer results than items"))
+        return Effect.flatMap(Deferred.await(done), (results) => results[index] ?? fewerResults)
       })
 
-    return (item: A): Effect.Effect<B, E> => Effect.flatMap(Effect.serviceOption(Tracer.ParentSpan), (span) => submit(item, span))
+    return (item: A): Effect.Effect<B, E> =>
+      Effect.flatMap(Effect.serviceOption(Tracer.ParentSpan), (span) => submit(item, span._tag === "Some" ? span.value : undefined))
   })

@@ -2,6 +2,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Option, Scope, type Tracer } from "effect"
 import { makeBatcher } from "../src/index.ts"
 
+// Lets forked submitters reach the batcher before the test goes on.
+const settle = Effect.repeatN(Effect.yieldNow(), 20)
+
 /**
  * A batcher over a recorded run: every batch's items are kept, and each run waits for its own gate when `held`
  * (so a test decides when a batch ends). Results are the items doubled.
@@ -30,11 +33,11 @@ const recorder = (options: { concurrency: number; maxItems?: number; weight?: { 
         })
     })
     const release = (batch: number) => Deferred.succeed(gates[batch]!, undefined)
-    return { submit, batches, release, mostRunning: () => mostRunning }
+    // Ends the first `count` batches one after the other, letting the next one start after each.
+    const releaseInTurn = (count: number) =>
+      Effect.forEach(Array.from({ length: count }, (_, i) => i), (i) => Effect.zipRight(release(i), settle), { discard: true })
+    return { submit, batches, release, releaseInTurn, mostRunning: () => mostRunning }
   })
-
-// Lets forked submitters reach the batcher before the test goes on.
-const settle = Effect.repeatN(Effect.yieldNow(), 20)
 
 describe("Batcher", () => {
   it.scoped("an item submitted while a run is free runs at once, alone, and answers its own result", () =>
@@ -89,26 +92,20 @@ describe("Batcher", () => {
 
   it.scoped("a batch carries at most maxItems items; the rest wait in the next batches, in order", () =>
     Effect.gen(function* () {
-      const { submit, batches, release } = yield* recorder({ concurrency: 1, maxItems: 2, held: true })
+      const { submit, batches, releaseInTurn } = yield* recorder({ concurrency: 1, maxItems: 2, held: true })
       const all = yield* Effect.fork(Effect.all([1, 2, 3, 4, 5, 6].map(submit), { concurrency: "unbounded" }))
       yield* settle
-      for (let i = 0; i < 3; i++) {
-        yield* release(i)
-        yield* settle
-      }
+      yield* releaseInTurn(3)
       expect(yield* Fiber.join(all)).toEqual([2, 4, 6, 8, 10, 12])
       expect(batches).toEqual([[1, 2], [3, 4], [5, 6]])
     }))
 
   it.scoped("a batch stops at its weight; an item heavier than the most a batch carries runs alone", () =>
     Effect.gen(function* () {
-      const { submit, batches, release } = yield* recorder({ concurrency: 1, weight: { of: (n) => n, max: 10 }, held: true })
+      const { submit, batches, releaseInTurn } = yield* recorder({ concurrency: 1, weight: { of: (n) => n, max: 10 }, held: true })
       const all = yield* Effect.fork(Effect.all([1, 4, 5, 2, 30, 3].map(submit), { concurrency: "unbounded" }))
       yield* settle
-      for (let i = 0; i < 4; i++) {
-        yield* release(i)
-        yield* settle
-      }
+      yield* releaseInTurn(4)
       expect(yield* Fiber.join(all)).toEqual([2, 8, 10, 4, 60, 6])
       expect(batches).toEqual([[1, 4, 5], [2], [30], [3]])
     }))
@@ -133,6 +130,31 @@ describe("Batcher", () => {
       yield* Deferred.succeed(gate, undefined)
       expect(yield* Fiber.join(first)).toEqual(Exit.succeed(1))
       expect(yield* Fiber.join(second)).toEqual([1, 2, 3].map(() => Exit.fail("unlucky batch of 3")))
+    }))
+
+  it.scoped("with retryAlone, a failed batch of several is run again one item at a time: only the item that fails alone fails", () =>
+    Effect.gen(function* () {
+      const gate = yield* Deferred.make<void>()
+      const runs: Array<ReadonlyArray<number>> = []
+      const submit = yield* makeBatcher({
+        span: "test.batch",
+        concurrency: 1,
+        maxItems: 100,
+        retryAlone: true,
+        run: (items: ReadonlyArray<number>) =>
+          Effect.zipRight(
+            Effect.zipRight(Effect.sync(() => runs.push(items)), Deferred.await(gate)),
+            items.includes(13) ? Effect.fail(`unlucky batch of ${items.length}` as const) : Effect.succeed(items)
+          )
+      })
+      const first = yield* Effect.fork(submit(1))
+      yield* settle
+      const second = yield* Effect.fork(Effect.all([12, 13, 14].map((n) => Effect.exit(submit(n))), { concurrency: "unbounded" }))
+      yield* settle
+      yield* Deferred.succeed(gate, undefined)
+      expect(yield* Fiber.join(first)).toBe(1)
+      expect(yield* Fiber.join(second)).toEqual([Exit.succeed(12), Exit.fail("unlucky batch of 1"), Exit.succeed(14)])
+      expect(runs).toEqual([[1], [12, 13, 14], [12], [13], [14]])
     }))
 
   it.scoped("a run that answers fewer results than items is a defect, not a wrong answer", () =>

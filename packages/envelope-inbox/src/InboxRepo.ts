@@ -1,7 +1,7 @@
 import { completionBucket, makeBatcher, queueViewQuery, QueueViewRow, storageErrors, windowsStart } from "@delivery/core"
 import type { VerifiedIdentity } from "@delivery/identity"
 import { SqlClient, type SqlError, SqlSchema } from "@effect/sql"
-import { Data, Effect, Exit, Option, Predicate, Schema } from "effect"
+import { Data, Effect, Option, Predicate, Schema } from "effect"
 import { type AuditOutcome, ConflictReason } from "./Domain.ts"
 import { IngestConcurrencyConfig } from "./InboxConfig.ts"
 import type { LockedStream } from "./StreamRules.ts"
@@ -269,24 +269,16 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
           })
       )
 
-    // A batch that failed committed nothing. Alone, each envelope fails only for its own reason (a database that is
-    // down fails them all again): an element no other envelope can pass must not fail those it was batched with.
-    const ingestEach = (ws: ReadonlyArray<IngestWrite>) =>
-      Effect.matchEffect(ingestBatch(ws), {
-        onSuccess: (outcomes) => Effect.succeed(outcomes.map(Exit.succeed)),
-        onFailure: (error) =>
-          ws.length === 1
-            ? Effect.succeed([Exit.fail(error)])
-            : Effect.forEach(ws, (w) => Effect.exit(Effect.map(ingestBatch([w]), ([outcome]) => outcome!)))
-      })
-
     const ingest = yield* makeBatcher({
       span: "InboxRepo.ingest",
       // Validated with the rest of the environment at start-up (InboxConfig), like every setting of the package.
       concurrency: yield* Effect.orDie(IngestConcurrencyConfig),
       maxItems: INGEST_BATCH_ITEMS,
       weight: { of: (w: IngestWrite) => w.envelope.length, max: INGEST_BATCH_CHARS },
-      run: ingestEach
+      run: ingestBatch,
+      // A batch that failed committed nothing. Alone, each envelope fails only for its own reason (a database that is
+      // down fails them all again): an element no other envelope can pass must not fail those it was batched with.
+      retryAlone: true
     })
 
     const raiseFloor = (r: { readonly streamId: number; readonly floor: number; readonly cursor: number }) => sql`
@@ -338,7 +330,7 @@ export class InboxRepo extends Effect.Service<InboxRepo>()("@delivery/envelope-i
       floorAudit: (key: StreamKey, limit: number) => storage("floorAudit")(floorAudit({ ...key, limit })),
       runEnd: (streamId: number, base: number) => storage("runEnd")(Effect.map(Effect.catchTag(runEnd({ streamId, base }), noRowIsDefect, Effect.die), (row) => row.run_end)),
       /** Autocommit: the statement is the transaction, so its answer is only seen after COMMIT. */
-      ingest: (w: IngestWrite) => storage("ingest")(Effect.flatten(ingest(w))),
+      ingest: (w: IngestWrite) => storage("ingest")(ingest(w)),
       insertAudit: (a: AuditRow) => storage("insertAudit")(Effect.asVoid(sql`INSERT INTO inbox_audit ${auditColumns} VALUES ${auditValues(a)}`.withoutTransform)),
       /** Several counted rows in one statement (so one transaction: all of them or none). */
       insertCountedRefusals: (rows: ReadonlyArray<CountedRefusalRow>) =>

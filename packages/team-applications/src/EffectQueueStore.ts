@@ -237,28 +237,11 @@ export const make = (options: EffectQueueOptions) =>
           Effect.annotateLogs({ items: lost.map((p) => `${p.item.id}#${p.item.attempt}`).join(",") })
         )
 
-    // One bad item (a hook that fails) must not sink the batch: after a failed batch each item is tried alone, and
-    // an item whose write still fails is left to its lease (another attempt after `leaseDuration`).
-    const flush = (batch: ReadonlyArray<Pending>): Effect.Effect<ReadonlySet<number>> =>
+    /** One batch's outcomes: for each item, whether its fence held (false: the lease was lost). */
+    const recordBatch = (batch: ReadonlyArray<Pending>) =>
       record(batch).pipe(
-        Effect.catchAllCause((cause) =>
-          Effect.zipRight(
-            Effect.logWarning("effect queue: recording a batch of outcomes failed; recording them one by one", cause),
-            Effect.reduce(batch, new Set<number>(), (moved, one) =>
-              record([one]).pipe(
-                Effect.map((itemMoved) => (itemMoved.has(one.item.sequence) ? moved.add(one.item.sequence) : moved)),
-                Effect.catchAllCause((itemCause) =>
-                  Effect.as(
-                    Effect.logError("effect queue: an outcome could not be recorded; the item's lease will expire", itemCause).pipe(
-                      Effect.annotateLogs({ item: `${one.item.id}#${one.item.attempt}` })
-                    ),
-                    moved
-                  )
-                )
-              ))
-          )
-        ),
-        Effect.tap((moved) => warnLost(batch.filter((p) => !moved.has(p.item.sequence))))
+        Effect.tap((moved) => warnLost(batch.filter((p) => !moved.has(p.item.sequence)))),
+        Effect.map((moved) => batch.map((p) => moved.has(p.item.sequence)))
       )
 
     // Group commit (core's Batcher): outcomes that finish while earlier batches are being written gather into the
@@ -268,7 +251,9 @@ export const make = (options: EffectQueueOptions) =>
       span: "EffectQueue.recordOutcomes",
       concurrency: 2,
       maxItems: OUTCOMES_PER_STATEMENT,
-      run: (batch: ReadonlyArray<Pending>) => Effect.map(flush(batch), (moved) => batch.map((p) => moved.has(p.item.sequence)))
+      run: recordBatch,
+      // One bad item (a hook that fails) must not sink the batch: after a failed batch each item is tried alone.
+      retryAlone: true
     })
     // Outcomes queued and not yet written: shutdown waits for them (the lease-expired exhaustions have no taker).
     let settling = 0
@@ -278,11 +263,20 @@ export const make = (options: EffectQueueOptions) =>
       Effect.suspend(() => {
         held.delete(item.sequence)
         settling++
-        return Effect.ensuring(
-          recordOutcome({ item, settlement }),
-          Effect.sync(() => {
+        return recordOutcome({ item, settlement }).pipe(
+          // Its write failed even alone: the item is left to its lease (another attempt after `leaseDuration`).
+          Effect.catchAllCause((cause) =>
+            Cause.isInterruptedOnly(cause)
+              ? Effect.interrupt
+              : Effect.as(
+                Effect.logError("effect queue: an outcome could not be recorded; the item's lease will expire", cause).pipe(
+                  Effect.annotateLogs({ item: `${item.id}#${item.attempt}` })
+                ),
+                false
+              )),
+          Effect.ensuring(Effect.sync(() => {
             settling--
-          })
+          }))
         )
       })
 
