@@ -1,5 +1,5 @@
 import { FetchHttpClient } from "@effect/platform"
-import { Cause, Context, Duration, Effect, type Layer, Schema, type Tracer } from "effect"
+import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, type Layer, Schema, type Tracer } from "effect"
 import { dual } from "effect/Function"
 import { AmbiguousCode, DeliveredCode, RejectedCode, TemporaryCode } from "./ErrorCodes.ts"
 import type { ProviderEndpoint } from "./ProviderEndpoint.ts"
@@ -72,15 +72,21 @@ const HEADER_VALUE = /^[\t\x20-\x7e]*$/
 const RETRY_AFTER = /^[\x20-\x7e]{1,64}$/
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 
-// A malformed key or header is a bug in the caller; letting fetch refuse it
-// would be misread as a transport failure, so it is a defect instead.
-const checkRequest = (request: ProviderRequest): string | undefined => {
+// A malformed key or header is a bug in the caller; letting fetch refuse it would be misread as a transport
+// failure, so it is a defect instead. The checked headers come back as the plain object fetch is given (a
+// `Headers` instance cost more than the checks): names in lower case, the caller's `Idempotency-Key` and
+// `Content-Type` replaced by the request's own.
+const checkedHeaders = (request: ProviderRequest): Record<string, string> | string => {
   if (!IDEMPOTENCY_KEY.test(request.idempotencyKey)) return "invalid Idempotency-Key"
   if (!HEADER_VALUE.test(request.contentType)) return "invalid Content-Type"
+  const headers: Record<string, string> = {}
   for (const [name, value] of Object.entries(request.headers ?? {})) {
     if (!TOKEN.test(name) || !HEADER_VALUE.test(value)) return "invalid header"
+    headers[name.toLowerCase()] = value
   }
-  return undefined
+  headers["content-type"] = request.contentType
+  headers["idempotency-key"] = request.idempotencyKey
+  return headers
 }
 
 // Only Retry-After leaves the adapter, and only when it looks like one: it
@@ -181,62 +187,72 @@ const drain = async (response: Response): Promise<void> => {
  * records the URL or the caller's headers (they may carry signatures). `FetchHttpClient.Fetch` and
  * `FetchHttpClient.RequestInit` from the context are honoured, so a deployment or a test can still supply its own;
  * `redirect` is always "manual".
+ *
+ * The call's span (`ProviderHttp.send`, with `provider.outcome`) is ended by the call itself, when the outcome is
+ * decided or the call is interrupted, rather than by `Effect.useSpan`, whose exit handling cost more per delivery
+ * than the span; it is never made the current span (nothing inside reads it).
  */
 export const send = (request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
-  Effect.useSpan(
-    "ProviderHttp.send",
-    // A stack trace per call costs more CPU than the rest of the span; the name says where it comes from.
-    // Stryker disable next-line ObjectLiteral,BooleanLiteral: CPU only; no test can tell a span's stack trace from none
-    { captureStackTrace: false, ...(request.parentSpan === undefined ? {} : { parent: request.parentSpan }) },
-    // The span is never made the current one: nothing inside reads it, and providing it would cost a context
-    // and two fiber-ref copies per call. The outcome goes on it directly.
-    (span) => Effect.map(call(request), (outcome) => {
-      span.attribute("provider.outcome", outcome.code)
-      return outcome
-    })
+  Effect.flatMap(
+    Effect.makeSpan(
+      "ProviderHttp.send",
+      // A stack trace per call costs more CPU than the rest of the span; the name says where it comes from.
+      // Stryker disable next-line ObjectLiteral,BooleanLiteral: CPU only; no test can tell a span's stack trace from none
+      { captureStackTrace: false, ...(request.parentSpan === undefined ? {} : { parent: request.parentSpan }) }
+    ),
+    (span) => Effect.withFiberRuntime((fiber) => call(request, span, fiber))
   )
 
-const call = (request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
-  Effect.contextWithEffect((context: Context.Context<never>) => {
-    const invalid = checkRequest(request)
-    if (invalid !== undefined) return Effect.dieMessage(`ProviderHttp.send: ${invalid}`)
-    const fetchOf = Context.getOrElse(context, FetchHttpClient.Fetch, () => globalThis.fetch)
-    // Stryker disable next-line ArrowFunction: spreading undefined adds no property, exactly like spreading {}
-    const init = Context.getOrElse(context, FetchHttpClient.RequestInit, () => ({}))
-    const headers = new Headers(request.headers)
-    headers.set("content-type", request.contentType)
-    headers.set("idempotency-key", request.idempotencyKey)
-    return Effect.async<ProviderOutcome>((resume) => {
-      // One controller for both ends of the wait, the timeout and our interruption; the flag says which it was.
-      // (`AbortSignal.any` over a timeout signal cost about 3 µs more per call, and its timer still fired after
-      // the call had ended.)
-      const controller = new AbortController()
-      let timedOut = false
-      const timer = setTimeout(() => {
-        timedOut = true
-        controller.abort()
-      }, Duration.toMillis(Duration.decode(request.timeout)))
-      // Stryker disable next-line OptionalChaining,BlockStatement: the pending request keeps the process alive anyway; an unref'd timer only never delays an exit on its own
-      timer.unref?.()
-      const settle = (outcome: ProviderOutcome) => {
-        clearTimeout(timer)
-        resume(Effect.succeed(outcome))
-      }
-      fetchOf(request.endpoint, { ...init, method: "POST", headers, body: request.body, redirect: "manual", signal: controller.signal }).then(
-        (response) => {
-          // The status decides; the drain only has to end (read to its end, failed, or cut off by the timeout).
-          const decided = classifyStatus(response.status, retryAfterOf(response))
-          const answer = () => settle(decided)
-          drain(response).then(answer, answer)
-        },
-        (error: unknown) => settle(timedOut ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error))
-      )
-      return Effect.sync(() => {
-        clearTimeout(timer)
-        controller.abort()
-      })
+const call = (request: ProviderRequest, span: Tracer.Span, fiber: Fiber.RuntimeFiber<unknown, unknown>): Effect.Effect<ProviderOutcome> => {
+  const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+  // Once only: an aborted request still settles after the interruption ended the span.
+  const end = (exit: Exit.Exit<ProviderOutcome>) => {
+    if (span.status._tag === "Ended") return
+    if (Exit.isSuccess(exit)) span.attribute("provider.outcome", exit.value.code)
+    span.end(clock.unsafeCurrentTimeNanos(), exit)
+  }
+  const headers = checkedHeaders(request)
+  if (typeof headers === "string") {
+    const defect = Effect.dieMessage(`ProviderHttp.send: ${headers}`)
+    return Effect.onExit(defect, (exit) => Effect.sync(() => end(exit)))
+  }
+  const context = fiber.currentContext
+  const fetchOf = Context.getOrElse(context, FetchHttpClient.Fetch, () => globalThis.fetch)
+  // Stryker disable next-line ArrowFunction: spreading undefined adds no property, exactly like spreading {}
+  const init = Context.getOrElse(context, FetchHttpClient.RequestInit, () => ({}))
+  return Effect.async<ProviderOutcome>((resume) => {
+    // One controller for both ends of the wait, the timeout and our interruption; the flag says which it was.
+    // (`AbortSignal.any` over a timeout signal cost about 3 µs more per call, and its timer still fired after
+    // the call had ended.)
+    const controller = new AbortController()
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      controller.abort()
+    }, Duration.toMillis(Duration.decode(request.timeout)))
+    // Stryker disable next-line OptionalChaining,BlockStatement: the pending request keeps the process alive anyway; an unref'd timer only never delays an exit on its own
+    timer.unref?.()
+    const settle = (outcome: ProviderOutcome) => {
+      clearTimeout(timer)
+      end(Exit.succeed(outcome))
+      resume(Effect.succeed(outcome))
+    }
+    fetchOf(request.endpoint, { ...init, method: "POST", headers, body: request.body, redirect: "manual", signal: controller.signal }).then(
+      (response) => {
+        // The status decides; the drain only has to end (read to its end, failed, or cut off by the timeout).
+        const decided = classifyStatus(response.status, retryAfterOf(response))
+        const answer = () => settle(decided)
+        drain(response).then(answer, answer)
+      },
+      (error: unknown) => settle(timedOut ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error))
+    )
+    return Effect.sync(() => {
+      clearTimeout(timer)
+      controller.abort()
+      end(Exit.interrupt(fiber.id()))
     })
   })
+}
 
 /**
  * Runs `record` with an `Ambiguous` outcome when `self` is interrupted (for

@@ -1,7 +1,7 @@
 import { FetchHttpClient } from "@effect/platform"
 import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Either, Layer, Tracer } from "effect"
+import { Effect, Either, Exit, Fiber, Layer, Tracer } from "effect"
 import { ProviderHttp } from "../src/index.ts"
 
 // Spans are what operators read: the send has a stable name and carries its outcome code, and the
@@ -80,5 +80,35 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.send spans", (it) 
       expect(parentOf(named.spans)).toBe("named")
       const root = yield* send(200, {})
       expect(parentOf(root.spans)).toBeUndefined()
+    }))
+
+  it.effect("the span ends exactly once: with the interruption when the send is interrupted, with the defect when the request is malformed", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* provider.script({ times: 1, reply: LoopbackReply.hang() })
+      const { spans, tracer } = yield* recordingTracer
+      const request: ProviderHttp.ProviderRequest = {
+        endpoint: Either.getOrThrow(ProviderHttp.ProviderEndpoint.parse(provider.urlFor("/send"))),
+        idempotencyKey: "traced-2",
+        body: "{}",
+        contentType: "application/json",
+        timeout: "30 seconds"
+      }
+      const fiber = yield* Effect.fork(ProviderHttp.send(request).pipe(Effect.withTracer(tracer)))
+      yield* provider.awaitRequests(1)
+      yield* Fiber.interrupt(fiber)
+      yield* provider.awaitAborts(1).pipe(Effect.timeout("5 seconds"))
+      const ended = (span: Tracer.Span) => (span.status._tag === "Ended" ? span.status.exit : undefined)
+      expect(spans.map((span) => span.name)).toEqual(["ProviderHttp.send"])
+      const interrupted = ended(spans[0]!)
+      expect(interrupted !== undefined && Exit.isInterrupted(interrupted)).toBe(true)
+      // The aborted request's own settling after the interruption does not end it again.
+      expect(spans[0]!.attributes.get("provider.outcome")).toBeUndefined()
+
+      const malformed = yield* Effect.exit(ProviderHttp.send({ ...request, idempotencyKey: "" }).pipe(Effect.withTracer(tracer)))
+      expect(Exit.isFailure(malformed) && !Exit.isInterrupted(malformed)).toBe(true)
+      const failed = ended(spans[1]!)
+      expect(failed !== undefined && Exit.isFailure(failed) && !Exit.isInterrupted(failed)).toBe(true)
     }))
 })

@@ -4,7 +4,7 @@ import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
 import { KeyId, Signer, TenantId, verifyEnvelopeSignature } from "@delivery/signer"
 import { connect, LoopbackProvider, LoopbackReply, type RecordedRequest, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Fiber, Layer, Option, TestClock, TestContext, TestServices } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, TestClock, TestContext, TestServices, Tracer } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
@@ -401,7 +401,7 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
         .toEqual([{ state: "delivered", attempt: 1, n: 200 }])
     }).pipe(Effect.scoped))
 
-  it.effect("OUTBOX_CYCLE_TIMEOUT: a hung receiver is aborted at the cycle timeout and the row is recorded (fenced) as an ambiguous attempt, never acknowledged", () =>
+  it.effect("OUTBOX_CYCLE_TIMEOUT: a hung receiver is aborted at the cycle timeout and the row is recorded (fenced) as an ambiguous attempt, never acknowledged; the attempt's spans end with the interruption", () =>
     withTestClock(Effect.gen(function*() {
       yield* TestClock.setTime(Date.parse("2030-01-01T00:00:00Z"))
       const { outbox, receiver } = yield* setup("acme")
@@ -411,7 +411,17 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       const delivery = yield* deliveryWith("http", {}, {
         tweak: (s) => ({ ...s, requestTimeout: Duration.hours(1), cycleTimeout: Duration.seconds(2) })
       })
-      const tick = yield* Effect.fork(delivery.tick("w1"))
+      const spans: Array<Tracer.Span> = []
+      const native = yield* Effect.tracer
+      const recording = Tracer.make({
+        span: (...args) => {
+          const span = native.span(...args)
+          spans.push(span)
+          return span
+        },
+        context: (f, fiber) => native.context(f, fiber)
+      })
+      const tick = yield* Effect.fork(delivery.tick("w1").pipe(Effect.withTracer(recording)))
       yield* receiver.awaitRequests(1)
       yield* TestClock.adjust("2 seconds")
       // Bounded in real time: without the cycle timeout this tick would wait on the receiver forever.
@@ -424,6 +434,11 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       expect(yield* rowOf(message.id)).toMatchObject({
         state: "pending", attempt: 1, last_error: "provider-interrupted", lease_owner: null
       })
+      const endedBy = (name: string) =>
+        spans.filter((span) => span.name === name).map((span) =>
+          span.status._tag === "Ended" && Exit.isInterrupted(span.status.exit) ? "interrupted" : span.status._tag
+        )
+      expect([endedBy("OutboxDelivery.deliver"), endedBy("ProviderHttp.send")]).toEqual([["interrupted"], ["interrupted"]])
     })))
 
   it.effect("interruption cancels an in-flight delivery: the request is aborted and the attempt is recorded (fenced) as ambiguous, never acknowledged", () =>

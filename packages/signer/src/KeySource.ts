@@ -42,8 +42,13 @@ export const fromEntries = (entries: ReadonlyArray<PrivateKeyEntry>): SigningKey
       onSome: Effect.succeed
     })
   return {
-    sign: (tenant, keyId, bytes) =>
-      Effect.map(find(tenant, keyId), (privateKey) => new Uint8Array(ed25519Sign(null, bytes, privateKey))),
+    // One step per signature (every webhook delivery signs once).
+    sign: (tenant, keyId, bytes) => {
+      const privateKey = keys.get(`${tenant}:${keyId}`)
+      return privateKey === undefined
+        ? Effect.fail(new KeyUnavailable({ reason: "key-unavailable", tenant, keyId }))
+        : Effect.sync(() => new Uint8Array(ed25519Sign(null, bytes, privateKey)))
+    },
     publicKey: (tenant, keyId) => Effect.map(find(tenant, keyId), rawPublicKey)
   }
 }
