@@ -36,7 +36,7 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
     tests: ["packages/envelope-inbox"]
   },
   outbox: {
-    mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "OutboxConfig", "WebhookSignature", "Sender", "DeliveryRate", "Recorder"]),
+    mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "Lanes", "OutboxConfig", "WebhookSignature", "Sender", "DeliveryRate", "Recorder"]),
     tests: ["packages/outbox"]
   },
   "reset-mail": {

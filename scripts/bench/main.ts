@@ -2,6 +2,7 @@ import { Effect } from "effect"
 import { runInboxBench } from "./inbox.ts"
 import { runOutboxBench } from "./outbox.ts"
 import { runQueueBench } from "./queue.ts"
+import { runSenderBench } from "./sender.ts"
 import { runWakeBench } from "./wake.ts"
 
 // `bun run bench <name> [--json] [--seconds N] [--fsync] [--processes N]`. With --json, progress goes to stderr and the
@@ -21,6 +22,7 @@ const benches: Record<string, () => Effect.Effect<object, unknown>> = {
   inbox: () => runInboxBench({ seconds, fsync: args.includes("--fsync"), processes, log }),
   outbox: () => runOutboxBench({ fsync: args.includes("--fsync"), log }),
   queue: () => runQueueBench({ seconds: secondsAt >= 0 ? seconds : 3, fsync: args.includes("--fsync"), log }),
+  sender: () => runSenderBench({ log }),
   wake: () => runWakeBench({ log })
 }
 

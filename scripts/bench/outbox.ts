@@ -86,8 +86,8 @@ const runQueue = (queue: "ours" | "pgboss" | "graphile", mode: "noop" | "http", 
     return Effect.sync(() => child.kill("SIGKILL"))
   })
 
-/** The receiver process, stopped with the bench; resolves once it listens. */
-const startReceiver = Effect.acquireRelease(
+/** The receiver process (scripts/bench/receiver.ts), stopped with the bench; resolves once it listens. */
+export const startReceiver = Effect.acquireRelease(
   Effect.async<{ readonly pid: number; readonly url: string }, Error>((resume) => {
     const child = spawn(process.execPath, ["--no-env-file", `${repoRoot}scripts/bench/receiver.ts`], {
       cwd: repoRoot,

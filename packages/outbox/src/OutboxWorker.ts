@@ -1,16 +1,16 @@
 import { RateLimiter } from "@effect/experimental"
 import { leaseDeadline, LimitStoreLive, ProviderHttp, recordLimiterRefusal, workerLayer } from "@delivery/core"
 import { KeySource, type TenantId } from "@delivery/signer"
-import { FetchHttpClient } from "@effect/platform"
-import { Clock, Context, Duration, Effect, Either, Exit, Layer, Tracer } from "effect"
+import { Clock, Duration, Effect, Either, Exit, Layer } from "effect"
 import { randomBytes } from "node:crypto"
 import { hostname } from "node:os"
 import { type Decision, interrupted } from "./Delivery.ts"
 import { takeUpTo } from "./DeliveryRate.ts"
+import { deliverInLanes } from "./Lanes.ts"
 import { OutboxSettings, type Settings } from "./OutboxConfig.ts"
 import { type ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
 import { makeRecorder } from "./Recorder.ts"
-import { httpSender, OutboxSender, type Send } from "./Sender.ts"
+import { httpSender, OutboxSender } from "./Sender.ts"
 import { WebhookSigner } from "./WebhookSignature.ts"
 
 export interface TickResult {
@@ -35,18 +35,6 @@ interface Grant {
 const PEEK_EVERY_MS = 200
 
 type Recorder = Effect.Effect.Success<ReturnType<typeof makeRecorder>>
-
-/**
- * The context a delivery runs in: the parent span and the fetch settings the provider adapter honours. The
- * sender took every service it uses when it was built (its type requires none); the rest of the worker's
- * context (every service of the backend) only made each child fiber of a delivery costlier to join, since
- * their contexts are compared entry by entry (about 60 µs of CPU per delivery while the adapter's timeout
- * still forked one).
- */
-const deliveryContext = Context.pick(Tracer.ParentSpan, FetchHttpClient.Fetch, FetchHttpClient.RequestInit)
-
-// Stryker disable next-line ObjectLiteral,BooleanLiteral: the stack trace is CPU only; the attribute is checked by the backend's telemetry test
-const deliverSpan = { attributes: { "delivery.family": "outbox" }, captureStackTrace: false } as const
 
 /** The spec 000 delivery key: same sync policy as ingest, a key of its own per tenant. */
 export const deliveryRateKey = (tenant: string) => `tenant-scheduler-delivery:${tenant}`
@@ -91,48 +79,10 @@ export class OutboxDelivery extends Effect.Service<OutboxDelivery>()("@delivery/
         })
       )
 
-    // `concurrency` lanes, each sending one row after another: no fiber per row, and interrupting the
-    // lanes aborts exactly the requests in flight. Each outcome goes to the recorder as it arrives.
-    const deliverAll = (send: Send, rows: ReadonlyArray<ClaimedRow>, recorder: Recorder) => {
-      let next = 0
-      // Each attempt's span is made here, handed to the sender as the provider call's parent rather than made
-      // the current span, and ended here: `Effect.useSpan` per attempt (a context, fiber-ref copies, an exit
-      // handler) cost more than the span. A lane interrupted mid-send (shutdown, cycle timeout) ends its open span
-      // with the interruption.
-      const lane = Effect.withFiberRuntime<void>((fiber) => {
-        const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
-        let open: Tracer.Span | undefined
-        const end = (span: Tracer.Span, exit: Exit.Exit<unknown>) => span.end(clock.unsafeCurrentTimeNanos(), exit)
-        return Effect.gen(function*() {
-          while (next < rows.length) {
-            const row = rows[next++]!
-            const span = yield* Effect.makeSpan("OutboxDelivery.deliver", deliverSpan)
-            open = span
-            const outcome = yield* send({
-              id: row.id,
-              // Checked against the id pattern when the envelope was enqueued.
-              tenant: row.tenant as TenantId,
-              project: row.project,
-              endpoint: row.endpoint,
-              body: row.envelope,
-              attempt: row.attempt,
-              span
-            })
-            open = undefined
-            end(span, Exit.succeed(outcome))
-            recorder.add(row, outcome)
-          }
-        }).pipe(Effect.onInterrupt(() => Effect.sync(() => open !== undefined && end(open, Exit.interrupt(fiber.id())))))
-      })
-      const lanes = Array.from({ length: Math.min(settings.concurrency, rows.length) }, () => lane)
-      // Stryker disable next-line BooleanLiteral: the lanes return nothing anyone reads, so collecting their results changes nothing
-      return Effect.all(lanes, { concurrency: "unbounded", discard: true }).pipe(Effect.mapInputContext((context: Context.Context<never>) => deliveryContext(context)))
-    }
-
     /** The batch's sends (the sender reads its tenants' keys now), all within the cycle timeout. */
     const sendBatch = (rows: ReadonlyArray<ClaimedRow>, recorder: Recorder) =>
       sender.forBatch(new Set(rows.map((row) => row.tenant as TenantId))).pipe(
-        Effect.flatMap((send) => deliverAll(send, rows, recorder)),
+        Effect.flatMap((send) => deliverInLanes(send, rows, settings.concurrency, recorder.add)),
         Effect.timeout(settings.cycleTimeout)
       )
 
