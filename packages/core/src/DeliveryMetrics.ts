@@ -1,4 +1,4 @@
-import { Duration, Effect, Metric, MetricBoundaries, MetricKey } from "effect"
+import { Effect, Metric, MetricBoundaries, MetricKey } from "effect"
 import { taggedMetric } from "./TaggedMetric.ts"
 
 // The measurements every delivery family makes, as Effect metrics. The backend exports them (GET /metrics); a
@@ -57,11 +57,21 @@ const limiterRefusals = MetricKey.counter("delivery_limiter_refusals", {
 export const recordOutcome = (family: DeliveryFamily, outcome: DeliveryOutcome, count = 1): Effect.Effect<void> =>
   count <= 0 ? Effect.void : Metric.incrementBy(taggedMetric(outcomes, [["family", family], ["outcome", outcome]]), count)
 
-/** Times a provider call that returned an outcome; an interrupted call (shutdown) has no duration to report. */
+/**
+ * Times a provider call that returned an outcome; an interrupted call (shutdown) has no duration to report. Two
+ * steps per call, the histogram updated in place, where `Metric.trackDurationWith` takes four (a tap, an update
+ * effect reading the fiber's metric labels, which nothing here sets) and two Duration conversions.
+ */
 export const timeProviderCall = (family: DeliveryFamily) => {
   const histogram = taggedMetric(providerCallSeconds, [["family", family]])
   return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    Metric.trackDurationWith(self, histogram, Duration.toSeconds)
+    Effect.clockWith((clock) => {
+      const started = clock.unsafeCurrentTimeNanos()
+      return Effect.map(self, (value) => {
+        histogram.unsafeUpdate(Number(clock.unsafeCurrentTimeNanos() - started) / 1e9, [])
+        return value
+      })
+    })
 }
 
 export const recordLimiterRefusal = (reason: LimiterReason): Effect.Effect<void> =>
