@@ -11,7 +11,7 @@ import { childrenOf, describeCpu, listensOn, machineBusyCpu, measure, peakRssMb,
 import { type PgbenchMode, runPgbench } from "./pgbench.ts"
 
 export interface InboxBenchOptions {
-  /** Seconds per measured run of ours and of pgbench -M prepared, at 1 and 10 clients (pgbench -M extended runs at most 4). */
+  /** Seconds per measured run at 1 client; at 10, ours and pgbench -M prepared take turns of half this (at least 2 s), five each (pgbench -M extended runs at most 4). */
   readonly seconds: number
   /** fsync and synchronous_commit for the one cluster both sides share. */
   readonly fsync: boolean
@@ -24,8 +24,10 @@ export interface InboxBenchResult {
   readonly bench: "inbox"
   readonly ours_c1: number
   readonly pgbench_c1: number
+  /** Over the rounds at 10 producers: ours, all rounds' accepted envelopes over their time; pgbench, the mean tps. */
   readonly ours_c10: number
   readonly pgbench_c10: number
+  /** The median of the rounds' ratios (ours over pgbench -M prepared, taking turns). */
   readonly ratio_c10: number
   /** Peak RSS (VmHWM) over the backend processes that served, in MB: the largest one. */
   readonly rss_mb: number
@@ -34,6 +36,8 @@ export interface InboxBenchResult {
 
 const repoRoot = new URL("../../", import.meta.url).pathname
 const round = (n: number) => Math.round(n * 10) / 10
+// Turns of ours and pgbench at 10 producers (odd, so the median is one round's ratio).
+const C10_ROUNDS = 5
 
 // Extra flags for the backend's bun, e.g. BENCH_BACKEND_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof" to profile it.
 const backendFlags = (process.env.BENCH_BACKEND_FLAGS ?? "").split(" ").filter(Boolean)
@@ -120,11 +124,19 @@ const signedBodies = (tenant: string, producer: string, count: number, privateKe
     return JSON.stringify(signEnvelope(unsigned, privateKey))
   })
 
-/** Sends `bodies` one after another until done or `deadline`; returns how many were accepted (201). */
-const producerLoop = async (url: string, token: string, bodies: ReadonlyArray<string>, deadline: number) => {
+/** A producer's stream: its bodies in sequence order and the next one to send, so a later run goes on where one stopped. */
+interface Stream {
+  readonly bodies: ReadonlyArray<string>
+  next: number
+}
+const streamOf = (bodies: ReadonlyArray<string>): Stream => ({ bodies, next: 0 })
+
+/** Sends the stream's next bodies one after another until done or `deadline`; returns how many were accepted (201). */
+const producerLoop = async (url: string, token: string, stream: Stream, deadline: number) => {
   let accepted = 0
-  for (const body of bodies) {
+  while (stream.next < stream.bodies.length) {
     if (performance.now() >= deadline) break
+    const body = stream.bodies[stream.next++]!
     const response = await fetch(url, { method: "POST", body, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } })
     await response.arrayBuffer()
     if (response.status === 201) accepted++
@@ -170,32 +182,38 @@ export const runInboxBench = (options: InboxBenchOptions) =>
     )
     const backendCpu = () => servers.reduce((sum, pid) => sum + processCpu(pid), 0)
 
+    // At 10 producers ours and pgbench take turns, C10_ROUNDS times each for half the run length (at least 2 s):
+    // this machine's speed moves by more than the difference between two codes from one minute to the next, and
+    // turns put both sides under the same minutes. The ratio is the median of the rounds' ratios.
+    const roundSeconds = Math.max(2, Math.round(seconds / 2))
     // Pre-signed bodies: enough for the fastest rate plausible on two cores, so the deadline ends each run.
-    const perProducer = (rate: number, producers: number) => Math.ceil((rate * seconds) / producers)
+    const perProducer = (rate: number, producers: number, runSeconds: number) => Math.ceil((rate * runSeconds) / producers)
     const warmup = signedBodies(tenant, "warmup", 1_000, privateKey)
-    const c1 = signedBodies(tenant, "solo", perProducer(3_000, 1), privateKey)
-    const c10 = Array.from({ length: 10 }, (_, i) => signedBodies(tenant, `producer-${i}`, perProducer(6_000, 10), privateKey))
+    const c1 = streamOf(signedBodies(tenant, "solo", perProducer(3_000, 1, seconds), privateKey))
+    const c10 = Array.from({ length: 10 }, (_, i) =>
+      streamOf(signedBodies(tenant, `producer-${i}`, perProducer(6_000, 10, roundSeconds * C10_ROUNDS), privateKey)))
     const envelopeText = warmup[0]!
 
-    yield* Effect.promise(() => Promise.all([0, 1, 2, 3].map((i) => producerLoop(url, tokens[11]!, warmup.slice(i * 250, (i + 1) * 250), Infinity))))
+    yield* Effect.promise(() =>
+      Promise.all([0, 1, 2, 3].map((i) => producerLoop(url, tokens[11]!, streamOf(warmup.slice(i * 250, (i + 1) * 250)), Infinity))))
 
     const oursProbes = { client: selfCpu, backend: backendCpu, postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
     const pgProbes = { pgbench: reapedChildrenCpu, postgres: () => postgresCpu(cluster.port), machine: machineBusyCpu }
     const scriptDir = mkdtempSync(join(tmpdir(), "bench-inbox-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(scriptDir, { recursive: true, force: true })))
 
-    const ours = (streams: ReadonlyArray<ReadonlyArray<string>>) =>
+    const ours = (streams: ReadonlyArray<Stream>, runSeconds: number) =>
       Effect.promise(() =>
         measure(oursProbes, async () => {
-          const deadline = performance.now() + seconds * 1000
-          const counts = await Promise.all(streams.map((bodies, i) => producerLoop(url, tokens[i]!, bodies, deadline)))
+          const deadline = performance.now() + runSeconds * 1000
+          const counts = await Promise.all(streams.map((stream, i) => producerLoop(url, tokens[i]!, stream, deadline)))
           return counts.reduce((a, b) => a + b, 0)
         }))
     // The JSON figures are pgbench's default mode here, `-M prepared`; `-M extended` (an unnamed statement
     // planned on every execution, as our driver sends them) is printed beside it, over a shorter run.
-    const reference = (clients: number, mode: PgbenchMode) =>
+    const reference = (clients: number, mode: PgbenchMode, runSeconds: number) =>
       Effect.promise(() =>
-        measure(pgProbes, async () => runPgbench(target, scriptDir, envelopeText, clients, mode === "prepared" ? seconds : Math.min(seconds, 4), mode), 500))
+        measure(pgProbes, async () => runPgbench(target, scriptDir, envelopeText, clients, mode === "prepared" ? runSeconds : Math.min(runSeconds, 4), mode), 500))
 
     // CPU per accepted envelope (or pgbench transaction), in µs, for the "what limits it" question.
     const perItem = (cpu: Readonly<Record<string, number>>, items: number) =>
@@ -203,18 +221,25 @@ export const runInboxBench = (options: InboxBenchOptions) =>
     const report = (label: string, run: { result: number; wall: number; cpu: Readonly<Record<string, number>> }, rate: number, unit: string) =>
       log(`${label}: ${round(rate)} ${unit}  (cpu ${describeCpu(run.cpu, run.wall)}; µs per item: ${perItem(run.cpu, rate * run.wall)})`)
 
-    const oursC1 = yield* ours([c1])
+    const oursC1 = yield* ours([c1], seconds)
     report("ours    c1 ", oursC1, oursC1.result / oursC1.wall, "accepted envelopes/s")
-    const pgC1 = yield* reference(1, "prepared")
+    const pgC1 = yield* reference(1, "prepared", seconds)
     report("pgbench c1  -M prepared", pgC1, pgC1.result, "tx/s")
-    const pgC1Extended = yield* reference(1, "extended")
+    const pgC1Extended = yield* reference(1, "extended", seconds)
     report("pgbench c1  -M extended", pgC1Extended, pgC1Extended.result, "tx/s")
-    const oursC10 = yield* ours(c10)
-    report("ours    c10", oursC10, oursC10.result / oursC10.wall, "accepted envelopes/s")
-    const pgC10 = yield* reference(10, "prepared")
-    report("pgbench c10 -M prepared", pgC10, pgC10.result, "tx/s")
-    const pgC10Extended = yield* reference(10, "extended")
+    const rounds: Array<{ readonly ours: number; readonly wall: number; readonly pgbench: number }> = []
+    for (let i = 1; i <= C10_ROUNDS; i++) {
+      const oursC10 = yield* ours(c10, roundSeconds)
+      report(`ours    c10 (round ${i})`, oursC10, oursC10.result / oursC10.wall, "accepted envelopes/s")
+      const pgC10 = yield* reference(10, "prepared", roundSeconds)
+      report(`pgbench c10 -M prepared (round ${i})`, pgC10, pgC10.result, "tx/s")
+      rounds.push({ ours: oursC10.result, wall: oursC10.wall, pgbench: pgC10.result })
+    }
+    const pgC10Extended = yield* reference(10, "extended", seconds)
     report("pgbench c10 -M extended", pgC10Extended, pgC10Extended.result, "tx/s")
+    const ratios = rounds.map((r) => r.ours / r.wall / r.pgbench).sort((a, b) => a - b)
+    const oursC10Rate = rounds.reduce((sum, r) => sum + r.ours, 0) / rounds.reduce((sum, r) => sum + r.wall, 0)
+    const pgC10Rate = rounds.reduce((sum, r) => sum + r.pgbench, 0) / rounds.length
 
     // Read while the processes still run: VmHWM is each one's peak over the whole bench.
     const peaks = servers.map((pid) => peakRssMb(pid))
@@ -223,13 +248,14 @@ export const runInboxBench = (options: InboxBenchOptions) =>
       bench: "inbox",
       ours_c1: round(oursC1.result / oursC1.wall),
       pgbench_c1: round(pgC1.result),
-      ours_c10: round(oursC10.result / oursC10.wall),
-      pgbench_c10: round(pgC10.result),
-      ratio_c10: Math.round((oursC10.result / oursC10.wall / pgC10.result) * 1000) / 1000,
+      ours_c10: round(oursC10Rate),
+      pgbench_c10: round(pgC10Rate),
+      ratio_c10: Math.round(ratios[Math.floor(ratios.length / 2)]! * 1000) / 1000,
       rss_mb: Math.max(...peaks),
       processes: options.processes
     }
     const ratio = (a: number, b: number) => Math.round((a / b) * 1000) / 1000
+    log(`ratio c10 per round: ${ratios.map((r) => Math.round(r * 1000) / 1000).join(", ")} (sorted; the median is the JSON's ratio_c10)`)
     log(`ratio c1 = ${ratio(result.ours_c1, result.pgbench_c1)}, ratio c10 = ${result.ratio_c10} (ours / pgbench -M prepared; the JSON's figures)`)
     log(`ratio c1 = ${ratio(result.ours_c1, pgC1Extended.result)}, ratio c10 = ${ratio(result.ours_c10, pgC10Extended.result)} (ours / pgbench -M extended)`)
     return result
