@@ -1,7 +1,7 @@
 import { Context, Effect, Either, Layer, Redacted, Schedule, Schema } from "effect"
 import { spawn } from "node:child_process"
 import { generateKeyPairSync, type KeyObject } from "node:crypto"
-import { mkdtempSync, rmSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { DeviceId, Email, Identity, TenantId } from "@delivery/identity"
@@ -42,6 +42,12 @@ const C10_ROUNDS = 5
 // Extra flags for the backend's bun, e.g. BENCH_BACKEND_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof" to profile it.
 const backendFlags = (process.env.BENCH_BACKEND_FLAGS ?? "").split(" ").filter(Boolean)
 
+// The heap sizing `bun run start` gives the backend unless its environment sets one (package.json's start script;
+// docs/operations.md, "Memory"), so the bench measures the process as shipped.
+const shippedRamSize = /BUN_JSC_forceRAMSize:-(\d+)/.exec(
+  (JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start
+)?.[1]
+
 // Each backend process has its own pool of DATABASE_POOL_MAX connections; the cluster allows 100.
 const POOL_PER_PROCESS = 10
 
@@ -71,6 +77,7 @@ const startBackend = (databaseUrl: string, port: number, processes: number) =>
           SYNC_INGEST_LIMIT: "1000000000",
           // JavaScriptCore's options (e.g. BUN_JSC_forceRAMSize) and the inbox's settings (e.g. INBOX_INGEST_CONCURRENCY)
           // reach the backend, to try them.
+          ...(shippedRamSize === undefined ? {} : { BUN_JSC_forceRAMSize: shippedRamSize }),
           ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("BUN_JSC_") || name.startsWith("INBOX_")))
         }
       })),
