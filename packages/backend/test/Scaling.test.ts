@@ -75,8 +75,10 @@ const childrenOf = (pid: number) =>
   spawnSync("pgrep", ["-P", String(pid)], { encoding: "utf8" }).stdout.split("\n").filter(Boolean).map(Number)
 
 /** The bundle a process started by `bun run start` runs (BACKEND_BUNDLE, as its environment holds it). */
-const bundleOf = (pid: number) =>
-  readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").find((entry) => entry.startsWith("BACKEND_BUNDLE="))?.slice("BACKEND_BUNDLE=".length)
+const bundleOf = (pid: number) => environmentOf(pid, "BACKEND_BUNDLE")
+
+const environmentOf = (pid: number, name: string) =>
+  readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").find((entry) => entry.startsWith(`${name}=`))?.slice(name.length + 1)
 
 /** Which process holds each established connection on `port` (socket inodes of /proc/<pid>/fd against /proc/net/tcp). */
 const connectionsByProcess = (port: number, pids: ReadonlyArray<number>) => {
@@ -223,7 +225,7 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
   )
 
   it.scoped(
-    "WORKERS=3 under bun run start: three processes listen on one port, each runs the bundle its supervisor ran, and each serves requests; SIGTERM under load: every process drains and exits 0, the supervisor exits 0, and every envelope answered 201 is in the database",
+    "WORKERS=3 under bun run start: three processes listen on one port, each runs the bundle its supervisor ran with the heap sizing bun run start sets (BUN_JSC_forceRAMSize, 320 MiB), and each serves requests; SIGTERM under load: every process drains and exits 0, the supervisor exits 0, and every envelope answered 201 is in the database",
     () =>
       Effect.gen(function* () {
         const db = yield* TestDatabase
@@ -248,6 +250,7 @@ layer(SuiteLayer, { excludeTestServices: true })("several processes: shared limi
         const bundles = pids.map((pid) => bundleOf(pid))
         expect(bundles[0]).toMatch(/\/\.build\/[0-9a-f]{24}\/main\.js$/)
         expect(new Set(bundles).size).toBe(1)
+        expect([supervisorPid!, ...pids].map((pid) => environmentOf(pid, "BUN_JSC_forceRAMSize"))).toEqual(Array(4).fill("335544320"))
 
         // 30 connections, each answered: the kernel spreads them, so each process holds some (a process left out
         // of 30 has a chance of 3 * (2/3)^30, about 1.5e-5).
