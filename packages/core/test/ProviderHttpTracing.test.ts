@@ -1,24 +1,11 @@
 import { FetchHttpClient } from "@effect/platform"
-import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
+import { LoopbackProvider, LoopbackReply, recordingTracer } from "@delivery/testing"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Either, Exit, Fiber, Layer, Tracer } from "effect"
+import { Effect, Either, Exit, Fiber, Layer, type Tracer } from "effect"
 import { ProviderHttp } from "../src/index.ts"
 
 // Spans are what operators read: the send has a stable name and carries its outcome code, and the
 // values of the caller's headers (signatures, tokens) never reach a span.
-
-const recordingTracer = Effect.map(Effect.tracer, (native) => {
-  const spans: Array<Tracer.Span> = []
-  const tracer = Tracer.make({
-    span: (...args) => {
-      const span = native.span(...args)
-      spans.push(span)
-      return span
-    },
-    context: (f, fiber) => native.context(f, fiber)
-  })
-  return { tracer, spans }
-})
 
 const TestLayer = Layer.mergeAll(LoopbackProvider.Default, FetchHttpClient.layer)
 

@@ -3,8 +3,8 @@ import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
 import { ProviderHttp } from "@delivery/core"
 import { KeyId, Signer, TenantId, verifyEnvelopeSignature } from "@delivery/signer"
-import { connect, LoopbackProvider, LoopbackReply, type RecordedRequest, TestDatabase } from "@delivery/testing"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, TestClock, TestContext, TestServices, Tracer } from "effect"
+import { connect, LoopbackProvider, LoopbackReply, type RecordedRequest, recordingTracer, TestDatabase } from "@delivery/testing"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Option, TestClock, TestContext, TestServices } from "effect"
 import { sign } from "node:crypto"
 import { readFileSync } from "node:fs"
 import { privateKeyFromSeed, rawPublicKey } from "@delivery/signer"
@@ -411,17 +411,8 @@ layer(SuiteLayer, { excludeTestServices: true })("Outbox delivery (spec 000, rea
       const delivery = yield* deliveryWith("http", {}, {
         tweak: (s) => ({ ...s, requestTimeout: Duration.hours(1), cycleTimeout: Duration.seconds(2) })
       })
-      const spans: Array<Tracer.Span> = []
-      const native = yield* Effect.tracer
-      const recording = Tracer.make({
-        span: (...args) => {
-          const span = native.span(...args)
-          spans.push(span)
-          return span
-        },
-        context: (f, fiber) => native.context(f, fiber)
-      })
-      const tick = yield* Effect.fork(delivery.tick("w1").pipe(Effect.withTracer(recording)))
+      const { spans, tracer } = yield* recordingTracer
+      const tick = yield* Effect.fork(delivery.tick("w1").pipe(Effect.withTracer(tracer)))
       yield* receiver.awaitRequests(1)
       yield* TestClock.adjust("2 seconds")
       // Bounded in real time: without the cycle timeout this tick would wait on the receiver forever.
