@@ -190,7 +190,9 @@ const drain = async (response: Response): Promise<void> => {
  *
  * The call's span (`ProviderHttp.send`, with `provider.outcome`) is ended by the call itself, when the outcome is
  * decided or the call is interrupted, rather than by `Effect.useSpan`, whose exit handling cost more per delivery
- * than the span; it is never made the current span (nothing inside reads it).
+ * than the span; it is never made the current span (nothing inside reads it). A fiber interrupted after the span was
+ * made and before the request started (it can only happen where the runtime makes a long-running fiber yield) leaves
+ * it unended, and an unended span is never exported: no request was made.
  */
 export const send = (request: ProviderRequest): Effect.Effect<ProviderOutcome> =>
   Effect.flatMap(
