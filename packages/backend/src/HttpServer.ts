@@ -1,6 +1,18 @@
-import { HttpApp, HttpMiddleware, HttpServerError, HttpServerRequest, HttpServerResponse, HttpTraceContext } from "@effect/platform"
+import {
+  Etag,
+  FileSystem,
+  HttpApp,
+  HttpMiddleware,
+  HttpPlatform,
+  type HttpRouter,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse,
+  HttpTraceContext,
+  Path
+} from "@effect/platform"
 import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId, makeInFlight } from "@delivery/core"
-import { Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope, type Tracer } from "effect"
+import { Context, Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope, type Tracer } from "effect"
 import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
 import { BoundedJsonRequest, declaredLength, limitUndeclaredBody, MAX_TARGET_LENGTH, pathOf, targetProblem } from "./EdgeRequest.ts"
 import { observeRequest } from "./HttpMetrics.ts"
@@ -69,12 +81,27 @@ interface Exchange {
 }
 
 /**
+ * What an app of `HttpApiBuilder.httpApp` reads while it handles a request (HttpRouter's default services), and
+ * nothing more: the context `serveDraining` starts each request's fiber in. Effect copies a fiber's context for
+ * every span and every provided service and compares the old context with the new one entry by entry, so a
+ * request that started with the whole backend's context (about 50 services, which its handlers took when they
+ * were built) paid for each of them many times over.
+ */
+export const routerServices = Effect.map(
+  Effect.context<HttpRouter.HttpRouter.DefaultServices>(),
+  Context.pick(HttpPlatform.HttpPlatform, Etag.Generator, FileSystem.FileSystem, Path.Path)
+)
+
+/**
  * Serves `app` with Bun.serve as the HTTP edge of the backend: every request gets a correlation id before
  * anything else runs (handlers read it with `requestCorrelationId`, every log line of the request carries
  * it, every answer has it as `x-correlation-id`); the request target, the body size and JSON bodies are
  * bounded before any route runs; failures the API does not answer itself get the documented JSON refusals
  * (docs/http.md); every 5xx logs one error line; every answer is counted and timed by method, route template and
  * status, and the request's server span (named by its route template) has only bounded attributes.
+ *
+ * Each request runs in `services` and in nothing else of the caller's context: for an app of
+ * `HttpApiBuilder.httpApp`, `routerServices`.
  *
  * Bun.serve's own `maxRequestBodySize` is unbounded on purpose: Bun answers a declared length over it with a
  * bare 413, so the edge checks MAX_REQUEST_BODY_BYTES itself (declared lengths before reading, chunked bodies
@@ -95,12 +122,17 @@ interface Exchange {
  * Only then do earlier-acquired resources (workers, the database pool) get released.
  * Caveat: a streamed response body counts as finished once its headers are handed over.
  */
-export const serveDraining = <E, R>(app: HttpApp.Default<E, R>, options: ServeOptions) =>
+export const serveDraining = <E, R>(
+  app: HttpApp.Default<E, R>,
+  services: Context.Context<Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>>,
+  options: ServeOptions
+) =>
   Effect.gen(function* () {
     const fibers = yield* FiberSet.make<void, never>()
-    const runFork = yield* FiberSet.runtime(fibers)<
-      Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>
-    >()
+    // Each request's fiber starts in `services` alone, not in the caller's context (every service of the backend).
+    const runFork = yield* FiberSet.runtime(fibers)<Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>>().pipe(
+      Effect.mapInputContext((_: Context.Context<never>) => services)
+    )
     const runtime = yield* Effect.runtime<never>()
     const runSync = Runtime.runSync(runtime)
     const debug = LogLevel.lessThanEqual(
