@@ -1,6 +1,7 @@
 import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
 import { CloudConsoleRoutesLive, ConsoleRoutesLive, ConsoleSessions } from "@delivery/console"
 import {
+  Authentication,
   AuthenticationLive,
   IdentityHttpLive,
   OperatorAuthenticationLive,
@@ -14,12 +15,16 @@ import { OutboxHttpLive, OutboxOperatorHttpLive } from "@delivery/outbox"
 import { PasswordResetHttpLive, ResetMailOperatorHttpLive } from "@delivery/reset-mail"
 import { ReceiptsHttpLive, ReceiptsOperatorHttpLive } from "@delivery/receipts"
 import { TeamApplicationsHttpLive, TeamApplicationsOperatorHttpLive } from "@delivery/team-applications"
-import { EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
+import { EnvelopeInbox, EnvelopeInboxHttpLive, InboxStreamsHttpLive } from "@delivery/envelope-inbox"
 import { IdleWakeConnectorsHttpLive, IdleWakeHttpLive, IdleWakeOperatorHttpLive } from "@delivery/idle-wake"
-import { Layer } from "effect"
+import { Context, Layer } from "effect"
 import { Api } from "./Api.ts"
+import { builtInOnly } from "./GroupContext.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
 import { requestInvalid } from "./RequestInvalid.ts"
+
+/** The inbox's ingest route, the hottest of the API: its handler needs the inbox and the bearer middleware. */
+const InboxIngestLive = builtInOnly(EnvelopeInboxHttpLive, Context.pick(HttpApiBuilder.Router, EnvelopeInbox, Authentication))
 
 /**
  * Handlers for every group of `Api`. A new group adds its handler layer here (one line), next to its
@@ -36,7 +41,7 @@ export const ApiLive = HttpApiBuilder.api(Api).pipe(
   Layer.provide(ReceiptsOperatorHttpLive),
   Layer.provide(TeamApplicationsHttpLive),
   Layer.provide(TeamApplicationsOperatorHttpLive),
-  Layer.provide(EnvelopeInboxHttpLive),
+  Layer.provide(InboxIngestLive),
   Layer.provide(InboxStreamsHttpLive),
   Layer.provide(SignerHttpLive),
   Layer.provide(OutboxOperatorHttpLive),
