@@ -1,4 +1,4 @@
-import { Deferred, Effect, Exit, FiberId, FiberSet, type Scope, Tracer } from "effect"
+import { Context, Deferred, Effect, Exit, FiberId, FiberSet, type Scope, Tracer } from "effect"
 
 export interface BatcherOptions<A, B, E> {
   /** Batches run at the same time (for a statement: each holds one connection while it runs). */
@@ -45,9 +45,11 @@ export const makeBatcher = <A, B, E>(
 ): Effect.Effect<(item: A) => Effect.Effect<B, E>, never, Scope.Scope> =>
   Effect.gen(function* () {
     // Batches run in the scope's fibers with the refs of whoever made the batcher, not those of the submitter that
-    // happened to start them (its span, its log annotations).
+    // happened to start them (its span, its log annotations). They run in no service: `run` took what it uses when it
+    // was built (its type requires none), and the maker's context (for a repository, every service of the backend) would
+    // be copied and compared entry by entry at every span and provided service of every batch.
     const running = yield* FiberSet.make<void>()
-    const fork = yield* FiberSet.runtime(running)<never>()
+    const fork = yield* FiberSet.runtime(running)<never>().pipe(Effect.mapInputContext((_: Context.Context<never>) => Context.empty()))
     // Waiting to run, oldest first; items join the last one until it is full.
     const waiting: Array<Batch<A, B, E>> = []
     let busy = 0

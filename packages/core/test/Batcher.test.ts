@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Option, Scope, type Tracer } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Option, Scope, type Tracer } from "effect"
 import { makeBatcher } from "../src/index.ts"
 
 // Lets forked submitters reach the batcher before the test goes on.
@@ -39,7 +39,22 @@ const recorder = (options: { concurrency: number; maxItems?: number; weight?: { 
     return { submit, batches, release, releaseInTurn, mostRunning: () => mostRunning }
   })
 
+/** A service of the batcher's maker, as a repository's layer sees every service of the backend. */
+class MakerService extends Context.Tag("test/MakerService")<MakerService, { readonly name: string }>() {}
+
 describe("Batcher", () => {
+  it.scoped("a batch runs in no service of the batcher's maker: only its own span is in its context", () =>
+    Effect.gen(function* () {
+      const submit = yield* makeBatcher({
+        span: "test.batch",
+        concurrency: 1,
+        maxItems: 10,
+        run: (items: ReadonlyArray<number>) =>
+          Effect.map(Effect.context<never>(), (context) => items.map(() => [...context.unsafeMap.keys()].sort()))
+      }).pipe(Effect.provideService(MakerService, { name: "maker" }))
+      expect(yield* submit(1)).toEqual(["effect/ParentSpan"])
+    }))
+
   it.scoped("an item submitted while a run is free runs at once, alone, and answers its own result", () =>
     Effect.gen(function* () {
       const { submit, batches } = yield* recorder({ concurrency: 2 })
