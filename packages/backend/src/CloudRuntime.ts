@@ -18,7 +18,7 @@ import { LimitStoreStartupLive } from "./LimitStoreStartup.ts"
 import { HealthApi } from "./HealthApi.ts"
 import { HealthHttpLive } from "./HealthHttp.ts"
 import { CloudConsoleLive, DocsLive } from "./Http.ts"
-import { routerServices, serveDraining } from "./HttpServer.ts"
+import { serveDraining } from "./HttpServer.ts"
 import { CloudQueueViewsLive } from "./QueueViewsLive.ts"
 import { MetricsHttpLive } from "./MetricsHttp.ts"
 import { routeLabels } from "./RouteLabels.ts"
@@ -49,7 +49,7 @@ const CloudHttpLive = Layer.scopedDiscard(
   Effect.gen(function* () {
     const config = yield* AppConfig
     const app = yield* HttpApiBuilder.httpApp
-    const { url } = yield* serveDraining(app, yield* routerServices, {
+    const { url } = yield* serveDraining(app, {
       hostname: config.host,
       port: config.port,
       maxRequestBodySize: config.maxRequestBodyBytes,

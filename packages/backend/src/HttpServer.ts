@@ -12,7 +12,7 @@ import {
   Path
 } from "@effect/platform"
 import { CORRELATION_HEADER, type CorrelationId, correlationRefs, makeCorrelationId, makeInFlight } from "@delivery/core"
-import { Context, Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Scope, type Tracer } from "effect"
+import { Context, Duration, Effect, FiberRef, FiberRefs, FiberSet, LogLevel, Option, Runtime, type Tracer } from "effect"
 import { bodyTooLarge, bodyTooLargeResponse, edgeFailure, refusalResponse, shuttingDown, tagOfBody } from "./EdgeAnswers.ts"
 import { BoundedJsonRequest, declaredLength, limitUndeclaredBody, MAX_TARGET_LENGTH, pathOf, targetProblem } from "./EdgeRequest.ts"
 import { observeRequest } from "./HttpMetrics.ts"
@@ -87,7 +87,7 @@ interface Exchange {
  * request that started with the whole backend's context (about 50 services, which its handlers took when they
  * were built) paid for each of them many times over.
  */
-export const routerServices = Effect.map(
+const routerServices = Effect.map(
   Effect.context<HttpRouter.HttpRouter.DefaultServices>(),
   Context.pick(HttpPlatform.HttpPlatform, Etag.Generator, FileSystem.FileSystem, Path.Path)
 )
@@ -100,8 +100,7 @@ export const routerServices = Effect.map(
  * (docs/http.md); every 5xx logs one error line; every answer is counted and timed by method, route template and
  * status, and the request's server span (named by its route template) has only bounded attributes.
  *
- * Each request runs in `services` and in nothing else of the caller's context: for an app of
- * `HttpApiBuilder.httpApp`, `routerServices`.
+ * Each request runs in HttpRouter's default services (`routerServices`) and in nothing else of the caller's context.
  *
  * Bun.serve's own `maxRequestBodySize` is unbounded on purpose: Bun answers a declared length over it with a
  * bare 413, so the edge checks MAX_REQUEST_BODY_BYTES itself (declared lengths before reading, chunked bodies
@@ -122,15 +121,12 @@ export const routerServices = Effect.map(
  * Only then do earlier-acquired resources (workers, the database pool) get released.
  * Caveat: a streamed response body counts as finished once its headers are handed over.
  */
-export const serveDraining = <E, R>(
-  app: HttpApp.Default<E, R>,
-  services: Context.Context<Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>>,
-  options: ServeOptions
-) =>
+export const serveDraining = <E>(app: HttpApp.Default<E, HttpRouter.HttpRouter.DefaultServices>, options: ServeOptions) =>
   Effect.gen(function* () {
     const fibers = yield* FiberSet.make<void, never>()
-    // Each request's fiber starts in `services` alone, not in the caller's context (every service of the backend).
-    const runFork = yield* FiberSet.runtime(fibers)<Exclude<Exclude<R, Scope.Scope>, HttpServerRequest.HttpServerRequest>>().pipe(
+    // Each request's fiber starts in the router's services alone, not in the caller's context (every service of the backend).
+    const services = yield* routerServices
+    const runFork = yield* FiberSet.runtime(fibers)<HttpRouter.HttpRouter.DefaultServices>().pipe(
       Effect.mapInputContext((_: Context.Context<never>) => services)
     )
     const runtime = yield* Effect.runtime<never>()

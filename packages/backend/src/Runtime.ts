@@ -23,7 +23,7 @@ import { makeCloudApp } from "./CloudRuntime.ts"
 import { AppConfig, describeConfig, loadConfig } from "./Config.ts"
 import { DatabaseLive, StartupChecksLive } from "./Database.ts"
 import { ApiLive, ConsoleLive, DocsLive, EdgeMiddlewareLive } from "./Http.ts"
-import { routerServices, serveDraining } from "./HttpServer.ts"
+import { serveDraining } from "./HttpServer.ts"
 import { MetricsHttpLive } from "./MetricsHttp.ts"
 import { routeLabels } from "./RouteLabels.ts"
 import { Api } from "./Api.ts"
@@ -131,7 +131,7 @@ const HttpLive = Layer.scopedDiscard(
     // Idle wake's gate around the whole app: the idle hold's refusals, requests in flight, API activity.
     const gate = yield* makeTenantGate
     const app = gate(yield* HttpApiBuilder.httpApp)
-    const { url } = yield* serveDraining(app, yield* routerServices, {
+    const { url } = yield* serveDraining(app, {
       hostname: config.host,
       port: config.port,
       maxRequestBodySize: config.maxRequestBodyBytes,

@@ -12,7 +12,7 @@ import { BunHttpServer } from "@effect/platform-bun"
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Layer, Schema } from "effect"
 import { builtInOnly } from "../src/GroupContext.ts"
-import { routerServices, serveDraining } from "../src/HttpServer.ts"
+import { serveDraining } from "../src/HttpServer.ts"
 
 /** A service of the caller's, like each of the backend's: handlers take theirs when they are built. */
 class CallerService extends Context.Tag("test/CallerService")<CallerService, { readonly name: string }>() {}
@@ -53,13 +53,12 @@ const handlerKeys = (group: Layer.Layer<HttpApiGroup.ApiGroup<"probe", "probe">,
   })
 
 /** Answers with the keys of the context the request's fiber runs in; typed as an app of the router, as the backend's is. */
-const app: HttpApp.Default<never, HttpRouter.HttpRouter.DefaultServices> = Effect.map(Effect.context<never>(), (context) =>
-  HttpServerResponse.unsafeJson({ keys: [...context.unsafeMap.keys()].sort() }))
+const app: HttpApp.Default<never, HttpRouter.HttpRouter.DefaultServices> = Effect.map(contextKeys, (keys) => HttpServerResponse.unsafeJson({ keys }))
 
 describe("the context a request runs in", () => {
   it.scopedLive("a request's fiber starts in the router's services and the request alone, none of the caller's other services", () =>
     Effect.gen(function* () {
-      const { url } = yield* serveDraining(app, yield* routerServices, {
+      const { url } = yield* serveDraining(app, {
         hostname: "127.0.0.1",
         port: 0,
         maxRequestBodySize: 1024,
