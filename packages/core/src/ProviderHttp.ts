@@ -1,5 +1,8 @@
 import { FetchHttpClient } from "@effect/platform"
-import { Cause, Clock, Context, Duration, Effect, Exit, type Fiber, type Layer, Schema, type Tracer } from "effect"
+import {
+  Cause, Chunk, Clock, Context, Duration, Effect, Exit, type Fiber, type FiberId, FiberRef, HashMap, type Layer, Option, Schema,
+  Tracer
+} from "effect"
 import { dual } from "effect/Function"
 import { AmbiguousCode, DeliveredCode, RejectedCode, TemporaryCode } from "./ErrorCodes.ts"
 import type { ProviderEndpoint } from "./ProviderEndpoint.ts"
@@ -205,56 +208,137 @@ export const send = (request: ProviderRequest): Effect.Effect<ProviderOutcome> =
     (span) => Effect.withFiberRuntime((fiber) => call(request, span, fiber))
   )
 
-const call = (request: ProviderRequest, span: Tracer.Span, fiber: Fiber.RuntimeFiber<unknown, unknown>): Effect.Effect<ProviderOutcome> => {
-  const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
-  // Once only: an aborted request still settles after the interruption ended the span.
-  const end = (exit: Exit.Exit<ProviderOutcome>) => {
-    if (span.status._tag === "Ended") return
-    if (Exit.isSuccess(exit)) span.attribute("provider.outcome", exit.value.code)
-    span.end(clock.unsafeCurrentTimeNanos(), exit)
+/** What a call needs from the fiber that makes it: its clock, and the fetch and its settings from its context. */
+interface CallEnvironment {
+  readonly clock: Clock.Clock
+  readonly fetch: typeof globalThis.fetch
+  readonly init: RequestInit
+}
+
+const environmentOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>): CallEnvironment => {
+  const context = fiber.currentContext
+  return {
+    clock: Context.get(fiber.currentDefaultServices, Clock.Clock),
+    fetch: Context.getOrElse(context, FetchHttpClient.Fetch, () => globalThis.fetch),
+    // Stryker disable next-line ArrowFunction: spreading undefined adds no property, exactly like spreading {}
+    init: Context.getOrElse(context, FetchHttpClient.RequestInit, () => ({}))
   }
+}
+
+/** Stops a call: aborts its request and ends its span with the interruption of `by`; its outcome is never handed over. */
+export type Abort = (by: FiberId.FiberId) => void
+
+/**
+ * The exchange itself, without a fiber: starts the request at once and hands its outcome to `done` once, unless it
+ * was aborted first. `send` and `starter` are this with a fiber around it or without one. `headers` were checked.
+ */
+const start = (
+  request: ProviderRequest,
+  headers: Record<string, string>,
+  span: Tracer.Span,
+  environment: CallEnvironment,
+  done: (outcome: ProviderOutcome) => void
+): Abort => {
+  // One controller for both ends of the wait, the timeout and our interruption; the flag says which it was.
+  // (`AbortSignal.any` over a timeout signal cost about 3 µs more per call, and its timer still fired after
+  // the call had ended.)
+  const controller = new AbortController()
+  let timedOut = false
+  let aborted = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    controller.abort()
+  }, Duration.toMillis(Duration.decode(request.timeout)))
+  // Stryker disable next-line OptionalChaining,BlockStatement: the pending request keeps the process alive anyway; an unref'd timer only never delays an exit on its own
+  timer.unref?.()
+  const settle = (outcome: ProviderOutcome) => {
+    // An aborted request still settles afterwards; the interruption already ended the span, and nobody waits.
+    if (aborted) return
+    clearTimeout(timer)
+    span.attribute("provider.outcome", outcome.code)
+    span.end(environment.clock.unsafeCurrentTimeNanos(), Exit.succeed(outcome))
+    done(outcome)
+  }
+  environment.fetch(request.endpoint, {
+    ...environment.init, method: "POST", headers, body: request.body, redirect: "manual", signal: controller.signal
+  }).then(
+    (response) => {
+      // The status decides; the drain only has to end (read to its end, failed, or cut off by the timeout).
+      const decided = classifyStatus(response.status, retryAfterOf(response))
+      const answer = () => settle(decided)
+      drain(response).then(answer, answer)
+    },
+    (error: unknown) => settle(timedOut ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error))
+  )
+  return (by) => {
+    if (aborted || span.status._tag === "Ended") return
+    aborted = true
+    clearTimeout(timer)
+    controller.abort()
+    span.end(environment.clock.unsafeCurrentTimeNanos(), Exit.interrupt(by))
+  }
+}
+
+const call = (request: ProviderRequest, span: Tracer.Span, fiber: Fiber.RuntimeFiber<unknown, unknown>): Effect.Effect<ProviderOutcome> => {
   const headers = checkedHeaders(request)
   if (typeof headers === "string") {
-    const defect = Effect.dieMessage(`ProviderHttp.send: ${headers}`)
-    return Effect.onExit(defect, (exit) => Effect.sync(() => end(exit)))
-  }
-  const context = fiber.currentContext
-  const fetchOf = Context.getOrElse(context, FetchHttpClient.Fetch, () => globalThis.fetch)
-  // Stryker disable next-line ArrowFunction: spreading undefined adds no property, exactly like spreading {}
-  const init = Context.getOrElse(context, FetchHttpClient.RequestInit, () => ({}))
-  return Effect.async<ProviderOutcome>((resume) => {
-    // One controller for both ends of the wait, the timeout and our interruption; the flag says which it was.
-    // (`AbortSignal.any` over a timeout signal cost about 3 µs more per call, and its timer still fired after
-    // the call had ended.)
-    const controller = new AbortController()
-    let timedOut = false
-    const timer = setTimeout(() => {
-      timedOut = true
-      controller.abort()
-    }, Duration.toMillis(Duration.decode(request.timeout)))
-    // Stryker disable next-line OptionalChaining,BlockStatement: the pending request keeps the process alive anyway; an unref'd timer only never delays an exit on its own
-    timer.unref?.()
-    const settle = (outcome: ProviderOutcome) => {
-      clearTimeout(timer)
-      end(Exit.succeed(outcome))
-      resume(Effect.succeed(outcome))
-    }
-    fetchOf(request.endpoint, { ...init, method: "POST", headers, body: request.body, redirect: "manual", signal: controller.signal }).then(
-      (response) => {
-        // The status decides; the drain only has to end (read to its end, failed, or cut off by the timeout).
-        const decided = classifyStatus(response.status, retryAfterOf(response))
-        const answer = () => settle(decided)
-        drain(response).then(answer, answer)
-      },
-      (error: unknown) => settle(timedOut ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error))
+    const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+    return Effect.onExit(
+      Effect.dieMessage(`ProviderHttp.send: ${headers}`),
+      (exit) => Effect.sync(() => span.end(clock.unsafeCurrentTimeNanos(), exit))
     )
-    return Effect.sync(() => {
-      clearTimeout(timer)
-      controller.abort()
-      end(Exit.interrupt(fiber.id()))
-    })
+  }
+  const environment = environmentOf(fiber)
+  return Effect.async<ProviderOutcome>((resume) => {
+    const abort = start(request, headers, span, environment, (outcome) => resume(Effect.succeed(outcome)))
+    return Effect.sync(() => abort(fiber.id()))
   })
 }
+
+/**
+ * Whether a span made on `fiber` straight from its tracer (`tracer.span` with the fiber's current span as parent, its
+ * clock's time, no links) is the span `Effect.makeSpan` would make there: tracing and its timing on, no span
+ * annotations or links on the fiber, and no current span that stops propagation.
+ */
+export const spansArePlain = (fiber: Fiber.RuntimeFiber<unknown, unknown>): boolean => {
+  const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+  return fiber.getFiberRef(FiberRef.currentTracerEnabled) &&
+    fiber.getFiberRef(FiberRef.currentTracerTimingEnabled) &&
+    HashMap.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanAnnotations)) &&
+    Chunk.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanLinks)) &&
+    // A current span that stops propagation is looked past by Effect's own rule.
+    !(Option.isSome(current) && Context.get(current.value.context, Tracer.DisablePropagation))
+}
+
+/**
+ * Starts one call without a fiber of its own and hands its outcome to `done`, or throws a defect for a malformed
+ * key or header (as `send` dies). For a caller that runs many calls from one fiber and resumes it once for all of
+ * them (the outbox's lanes): resuming a fiber per call cost more than the rest of the adapter. The call and its span
+ * are `send`'s; the returned `Abort` stops it.
+ */
+export type Starter = (request: ProviderRequest, done: (outcome: ProviderOutcome) => void) => Abort
+
+/**
+ * A `Starter` bound to the running fiber's clock, fetch and tracer, when its span can be made without the fiber
+ * (the span `Effect.makeSpan` would make: the fiber's tracer, the request's `parentSpan` or the fiber's current span,
+ * no stack trace). `undefined` where Effect's own rules for a span add something (tracing turned off, span
+ * annotations or links set on the fiber): the caller then uses `send`.
+ */
+export const starter: Effect.Effect<Starter | undefined> = Effect.withFiberRuntime((fiber) => {
+  if (!spansArePlain(fiber)) return Effect.succeed(undefined)
+  const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+  const environment = environmentOf(fiber)
+  const tracer = Context.get(fiber.currentDefaultServices, Tracer.Tracer)
+  return Effect.succeed<Starter>((request, done) => {
+    const headers = checkedHeaders(request)
+    if (typeof headers === "string") throw new Error(`ProviderHttp.send: ${headers}`)
+    const parent = request.parentSpan === undefined ? current : Option.some(request.parentSpan)
+    const span = tracer.span(
+      "ProviderHttp.send", parent, Context.empty(), [], environment.clock.unsafeCurrentTimeNanos(), "internal"
+    )
+    return start(request, headers, span, environment, done)
+  })
+})
 
 /**
  * Runs `record` with an `Ambiguous` outcome when `self` is interrupted (for
@@ -294,7 +378,7 @@ export const interruptionAsAmbiguous = <E, R>(
 
 /** The adapter as a service, for packages that take their provider calls from the context. */
 export class ProviderHttp extends Effect.Service<ProviderHttp>()("@delivery/core/ProviderHttp", {
-  succeed: { send }
+  succeed: { send, starter }
 }) {
   /** The service over fetch (the only transport); the name stays for the layers that provide it. */
   static readonly layerFetch: Layer.Layer<ProviderHttp> = ProviderHttp.Default

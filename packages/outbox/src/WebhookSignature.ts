@@ -1,5 +1,5 @@
-import { type KeyId, Signer, SigningKeySource, type TenantId } from "@delivery/signer"
-import { Data, Effect, Option } from "effect"
+import { type KeyId, Signer, SigningKeySource, type SigningKeySourceShape, type TenantId } from "@delivery/signer"
+import { type Clock, Data, Effect, Option } from "effect"
 import { createPublicKey, verify } from "node:crypto"
 
 // Standard Webhooks (https://www.standardwebhooks.com, spec 1.0.0), asymmetric scheme `v1a`:
@@ -55,6 +55,21 @@ export class WebhookKeyUnavailable extends Data.TaggedError("WebhookKeyUnavailab
   readonly tenant: string
 }> {}
 
+/** The Standard Webhooks headers of one attempt. */
+export type WebhookHeaders = {
+  readonly "webhook-id": string
+  readonly "webhook-timestamp": string
+  readonly "webhook-signature": string
+}
+
+/**
+ * A batch's signing: the headers of one attempt, signed with the tenant's key active when the batch was claimed.
+ * `now`, when the key source signs in this process (`signNow`), makes the same headers at once.
+ */
+export type HeadersFor = ((tenant: TenantId, id: string, body: string) => Effect.Effect<WebhookHeaders, WebhookKeyUnavailable>) & {
+  readonly now?: (tenant: TenantId, id: string, body: string) => WebhookHeaders | WebhookKeyUnavailable
+}
+
 /**
  * Signs webhook deliveries with the tenant's active signing key (the one `Signer.sign` uses for
  * envelopes), through the tenant-scoped key source. Which key is active is read when a claimed
@@ -80,6 +95,12 @@ export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/ou
       )
 
     /** The three Standard Webhooks headers for one attempt; the timestamp is the attempt's, from the Clock. */
+    const headersOf = (id: string, timestamp: number, signature: Uint8Array): WebhookHeaders => ({
+      "webhook-id": id,
+      "webhook-timestamp": String(timestamp),
+      "webhook-signature": formatSignature(signature)
+    })
+
     const headers = (tenant: TenantId, keyId: Option.Option<KeyId>, id: string, body: string) => {
       // Stryker disable next-line ConditionalExpression: without it the key source is asked for key id undefined, which it never holds, and its refusal maps to the same WebhookKeyUnavailable
       if (Option.isNone(keyId)) return Effect.fail(new WebhookKeyUnavailable({ tenant }))
@@ -88,28 +109,44 @@ export class WebhookSigner extends Effect.Service<WebhookSigner>()("@delivery/ou
         const timestamp = Math.floor(clock.unsafeCurrentTimeMillis() / 1000)
         return Effect.mapBoth(source.sign(tenant, keyId.value, signedContent(id, timestamp, body)), {
           onFailure: () => new WebhookKeyUnavailable({ tenant }),
-          onSuccess: (signature) => ({
-            "webhook-id": id,
-            "webhook-timestamp": String(timestamp),
-            "webhook-signature": formatSignature(signature)
-          })
+          onSuccess: (signature) => headersOf(id, timestamp, signature)
         })
       })
     }
 
+    /** `headers` at once, through the key source's `signNow`, on the Clock of the fiber that read the batch's keys. */
+    const headersNow = (
+      signNow: NonNullable<SigningKeySourceShape["signNow"]>,
+      clock: Clock.Clock,
+      tenant: TenantId,
+      keyId: Option.Option<KeyId>,
+      id: string,
+      body: string
+    ): WebhookHeaders | WebhookKeyUnavailable => {
+      if (Option.isNone(keyId)) return new WebhookKeyUnavailable({ tenant })
+      const timestamp = Math.floor(clock.unsafeCurrentTimeMillis() / 1000)
+      const signature = signNow(tenant, keyId.value, signedContent(id, timestamp, body))
+      return signature instanceof Uint8Array ? headersOf(id, timestamp, signature) : new WebhookKeyUnavailable({ tenant })
+    }
+
     /** Reads the active key of each tenant now; the returned function signs this batch's attempts with them. */
     const forBatch = (tenants: Iterable<TenantId>) =>
-      Effect.map(
+      Effect.zipWith(
+        Effect.clock,
         Effect.forEach(
           tenants,
           (tenant) => Effect.map(activeKey(tenant), (keyId) => [tenant, keyId] as const),
           // Stryker disable next-line ObjectLiteral: how many tenants' keys are read at a time changes only the timing, never the keys found
           { concurrency: 4 }
         ),
-        (entries) => {
+        (clock, entries): HeadersFor => {
           const active = new Map(entries)
-          return (tenant: TenantId, id: string, body: string) =>
-            headers(tenant, active.get(tenant) ?? Option.none(), id, body)
+          const keyOf = (tenant: TenantId) => active.get(tenant) ?? Option.none()
+          const headersFor = (tenant: TenantId, id: string, body: string) => headers(tenant, keyOf(tenant), id, body)
+          const { signNow } = source
+          return signNow === undefined ? headersFor : Object.assign(headersFor, {
+            now: (tenant: TenantId, id: string, body: string) => headersNow(signNow, clock, tenant, keyOf(tenant), id, body)
+          })
         }
       )
 

@@ -3,7 +3,7 @@ import { ProviderHttp } from "@delivery/core"
 import { Signer, TenantId } from "@delivery/signer"
 import { LoopbackProvider } from "@delivery/testing"
 import { Effect, Layer } from "effect"
-import { noopSender, NotSent } from "../src/Sender.ts"
+import { noopSender, NotSent, type SendOutcome } from "../src/Sender.ts"
 import { HttpSenderLive, OutboxSender, OutboxSettings, WebhookSignature } from "../src/index.ts"
 import { fastSettings, KeySourceLive, publicKeyOf, setupTenant, SuiteLayer } from "./support/OutboxTest.ts"
 
@@ -69,6 +69,58 @@ layer(SuiteLayer, { excludeTestServices: true })("Senders (real PostgreSQL and a
         nowSeconds: Math.floor(Date.now() / 1000),
         toleranceSeconds: 60
       })).toBe(true)
+    }))
+
+  it.effect("the HTTP sender's start (a key source signing in this process) makes send's attempt without a fiber: the same request and signature, the outcome handed over once; target-missing and webhook-key-unavailable answered before it returns, without a request", () =>
+    Effect.gen(function*() {
+      const receiver = yield* LoopbackProvider
+      yield* receiver.reset
+      yield* setupTenant("acme", "web", receiver.urlFor("/hooks/acme"))
+      const http = yield* httpSender
+      const send = yield* Effect.flatMap(OutboxSender, (s) => s.forBatch(new Set([acme, TenantId.make("keyless")]))).pipe(Effect.provide(http))
+      expect(send.start).toBeDefined()
+      const startOnce = (delivery: ReturnType<typeof deliveryTo>) => {
+        const outcomes: Array<SendOutcome> = []
+        let returned = false
+        let answeredBeforeReturn = false
+        send.start!(delivery, (outcome) => {
+          outcomes.push(outcome)
+          answeredBeforeReturn = !returned
+        })
+        returned = true
+        return { outcomes, answeredBeforeReturn: () => answeredBeforeReturn }
+      }
+
+      const missing = startOnce(deliveryTo(null))
+      expect(missing.outcomes).toEqual([new NotSent({ code: "target-missing" })])
+      expect(missing.answeredBeforeReturn()).toBe(true)
+      const keyless = startOnce(deliveryTo(receiver.urlFor("/hooks/keyless"), TenantId.make("keyless")))
+      expect(keyless.outcomes).toEqual([new NotSent({ code: "webhook-key-unavailable" })])
+      expect(keyless.answeredBeforeReturn()).toBe(true)
+      expect(yield* receiver.requests).toEqual([])
+
+      const delivery = deliveryTo(receiver.urlFor("/hooks/acme"))
+      const started = startOnce(delivery)
+      yield* receiver.awaitRequests(1)
+      yield* Effect.sleep("50 millis")
+      expect(started.outcomes).toMatchObject([{ _tag: "Delivered", status: 200 }])
+      expect(yield* send(delivery)).toMatchObject({ _tag: "Delivered", status: 200 })
+      const [fromStart, fromSend] = yield* receiver.requests
+      for (const request of [fromStart!, fromSend!]) {
+        expect(request).toMatchObject({ method: "POST", path: "/hooks/acme", bodyText: body, idempotencyKey: delivery.id })
+        expect(request.headers["webhook-id"]).toBe(delivery.id)
+        expect(request.headers["content-type"]).toBe("application/json")
+        expect(WebhookSignature.verifyWebhook({
+          id: delivery.id,
+          timestamp: request.headers["webhook-timestamp"]!,
+          body,
+          signatureHeader: request.headers["webhook-signature"]!,
+          publicKeys: [publicKeyOf(1)],
+          nowSeconds: Math.floor(Date.now() / 1000),
+          toleranceSeconds: 60
+        })).toBe(true)
+      }
+      expect(Object.keys(fromStart!.headers).sort()).toEqual(Object.keys(fromSend!.headers).sort())
     }))
 
   it.effect("the HTTP sender makes no request for a tenant without an active signing key: NotSent webhook-key-unavailable", () =>

@@ -1,6 +1,6 @@
 import { describe, expect, it, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { KeyId, privateKeyFromSeed, Signer, TenantId } from "@delivery/signer"
+import { KeyId, privateKeyFromSeed, Signer, SigningKeySource, TenantId } from "@delivery/signer"
 import { connect, TestDatabase } from "@delivery/testing"
 import { Effect, Layer, TestClock, TestContext } from "effect"
 import { sign } from "node:crypto"
@@ -98,6 +98,39 @@ layer(SignerLayer, { excludeTestServices: true })("WebhookSigner: the tenant's a
       expect(headers["webhook-id"]).toBe(id)
       expect(headers["webhook-timestamp"]).toBe(String(NOW))
       expect(headers["webhook-signature"]).toBe(signWith(1, signedContent(id, NOW, body)))
+    }))
+
+  it.effect("headersFor.now (a key source signing in this process) makes headersFor's headers at once on the Clock; a tenant without an active key, or outside the batch, is WebhookKeyUnavailable returned", () =>
+    Effect.gen(function*() {
+      yield* setupTenant("acme", "web", "http://127.0.0.1:9/hooks")
+      const [headersFor, viaEffect] = yield* withTestClock(Effect.gen(function*() {
+        yield* TestClock.setTime(NOW * 1000 + 999)
+        const batch = yield* (yield* WebhookSigner).forBatch([TenantId.make("acme"), TenantId.make("keyless")])
+        return [batch, yield* batch(TenantId.make("acme"), id, body)] as const
+      }))
+      expect(headersFor.now).toBeDefined()
+      const now = headersFor.now!(TenantId.make("acme"), id, body)
+      expect(now).toEqual(viaEffect)
+      expect(now).toEqual({
+        "webhook-id": id,
+        "webhook-timestamp": String(NOW),
+        "webhook-signature": signWith(1, signedContent(id, NOW, body))
+      })
+      expect(headersFor.now!(TenantId.make("keyless"), id, body)).toEqual(new WebhookSignature.WebhookKeyUnavailable({ tenant: "keyless" }))
+      expect(headersFor.now!(TenantId.make("beta"), id, body)).toEqual(new WebhookSignature.WebhookKeyUnavailable({ tenant: "beta" }))
+    }))
+
+  it.effect("a key source that must sign elsewhere (no signNow, a KMS) gives no headersFor.now: every attempt signs through the source's effect", () =>
+    Effect.gen(function*() {
+      yield* setupTenant("acme", "web", "http://127.0.0.1:9/hooks")
+      const source = yield* Effect.provide(SigningKeySource, KeySourceLive)
+      const remote = WebhookSigner.Default.pipe(
+        Layer.provide(Layer.succeed(SigningKeySource, { sign: source.sign, publicKey: source.publicKey })),
+        Layer.provide(Layer.succeed(Signer, yield* Signer))
+      )
+      const headersFor = yield* Effect.flatMap(WebhookSigner, (w) => w.forBatch([TenantId.make("acme")])).pipe(Effect.provide(remote))
+      expect(headersFor.now).toBeUndefined()
+      expect((yield* headersFor(TenantId.make("acme"), id, body))["webhook-id"]).toBe(id)
     }))
 
   it.effect("a tenant with no active key is refused with WebhookKeyUnavailable naming the tenant; so is a tenant of another batch", () =>

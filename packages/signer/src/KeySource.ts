@@ -21,6 +21,12 @@ import { parseKeyList, type PrivateKeyEntry } from "./KeyList.ts"
 export interface SigningKeySourceShape {
   readonly sign: (tenant: TenantId, keyId: KeyId, bytes: Uint8Array) => Effect.Effect<Uint8Array, KeyUnavailable>
   readonly publicKey: (tenant: TenantId, keyId: KeyId) => Effect.Effect<Uint8Array, KeyUnavailable>
+  /**
+   * `sign` made at once, for a source that holds its keys in this process: the same signature, or the same
+   * `KeyUnavailable` returned rather than failed. A source that must ask elsewhere (a KMS) leaves it out, and its
+   * callers use `sign`.
+   */
+  readonly signNow?: (tenant: TenantId, keyId: KeyId, bytes: Uint8Array) => Uint8Array | KeyUnavailable
 }
 
 export class SigningKeySource extends Context.Tag("@delivery/signer/SigningKeySource")<
@@ -41,14 +47,20 @@ export const fromEntries = (entries: ReadonlyArray<PrivateKeyEntry>): SigningKey
       onNone: () => Effect.fail(new KeyUnavailable({ reason: "key-unavailable", tenant, keyId })),
       onSome: Effect.succeed
     })
+  const signNow = (tenant: TenantId, keyId: KeyId, bytes: Uint8Array) => {
+    const privateKey = keys.get(`${tenant}:${keyId}`)
+    return privateKey === undefined
+      ? new KeyUnavailable({ reason: "key-unavailable", tenant, keyId })
+      : new Uint8Array(ed25519Sign(null, bytes, privateKey))
+  }
   return {
     // One step per signature (every webhook delivery signs once).
-    sign: (tenant, keyId, bytes) => {
-      const privateKey = keys.get(`${tenant}:${keyId}`)
-      return privateKey === undefined
-        ? Effect.fail(new KeyUnavailable({ reason: "key-unavailable", tenant, keyId }))
-        : Effect.sync(() => new Uint8Array(ed25519Sign(null, bytes, privateKey)))
-    },
+    sign: (tenant, keyId, bytes) =>
+      Effect.suspend(() => {
+        const signed = signNow(tenant, keyId, bytes)
+        return signed instanceof KeyUnavailable ? Effect.fail(signed) : Effect.succeed(signed)
+      }),
+    signNow,
     publicKey: (tenant, keyId) => Effect.map(find(tenant, keyId), rawPublicKey)
   }
 }

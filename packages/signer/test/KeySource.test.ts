@@ -50,6 +50,18 @@ describe("SigningKeySource: sign-by-reference, private keys never leave it", () 
       }
     }))
 
+  it.effect("signNow, for a source holding its keys in this process, makes sign's signature at once; an unknown key is KeyUnavailable returned, not thrown", () =>
+    Effect.gen(function* () {
+      const source = yield* withEnv({ SIGNER_KEYS: `acme:k1:${seedText}` })(Effect.provide(SigningKeySource, KeySource.layerFromEnvironment))
+      const message = new TextEncoder().encode("hello")
+      const signed = yield* source.sign(tenant("acme"), keyId("k1"), message)
+      const now = source.signNow!(tenant("acme"), keyId("k1"), message)
+      expect(now).toBeInstanceOf(Uint8Array)
+      expect(Buffer.from(now as Uint8Array).equals(Buffer.from(signed))).toBe(true)
+      expect(source.signNow!(tenant("acme"), keyId("k2"), message)).toMatchObject({ _tag: "KeyUnavailable", reason: "key-unavailable", tenant: "acme", keyId: "k2" })
+      expect(source.signNow!(tenant("beta"), keyId("k1"), message)).toMatchObject({ _tag: "KeyUnavailable", tenant: "beta" })
+    }))
+
   it.effect("SIGNER_KEYS unset means no private keys: signing is key-unavailable (a verify-only process)", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(withEnv({})(signWith(KeySource.layerFromEnvironment)))
