@@ -29,6 +29,28 @@ export const reapedChildrenCpu = () => seconds(statOf("self"), CUTIME, CSTIME)
 
 export const processCpu = (pid: number) => seconds(statOf(pid), UTIME, STIME)
 
+/**
+ * CPU of this process's threads named `name` (their `comm`), e.g. JavaScriptCore's compiler thread "JITWorker": how
+ * much of a run's CPU went to compiling rather than running the code.
+ */
+export const selfThreadsCpu = (name: string) => {
+  let total = 0
+  try {
+    for (const task of readdirSync("/proc/self/task")) {
+      try {
+        const text = readFileSync(`/proc/self/task/${task}/stat`, "utf8")
+        if (text.slice(text.indexOf("(") + 1, text.lastIndexOf(")")) !== name) continue
+        total += seconds(text.slice(text.lastIndexOf(")") + 2).split(" "), UTIME, STIME)
+      } catch {
+        // the thread ended meanwhile
+      }
+    }
+  } catch {
+    // no /proc
+  }
+  return total
+}
+
 const ppidOf = (fields: ReadonlyArray<string> | undefined) => Number(fields?.[1] ?? 0)
 
 /**

@@ -37,10 +37,14 @@ export interface OutboxBenchResult {
 // BENCH_OUTBOX_JOBS and BENCH_OUTBOX_ROUNDS shrink a run for a quick look or a profile; the figures are 20,000 and 2.
 const JOBS = Number(process.env.BENCH_OUTBOX_JOBS ?? 20_000)
 // Each queue first processes an untimed run in a database of its own, in the same process as its
-// timed runs, so no timed run pays for JIT warm-up: with 2,000 no-op jobs every queue (ours and
-// graphile-worker alike) still got faster from one timed run to the next.
+// timed runs, so no timed run pays for most of the JIT's warm-up: with 2,000 no-op jobs every queue (ours and
+// graphile-worker alike) still got faster from one timed run to the next. The run lines print what JavaScriptCore's
+// compiler thread still spent per job: ours 7-21 µs per no-op job and 9-32 per HTTP delivery in the timed runs,
+// graphile-worker 2-7 and 8-17; five untimed runs of 20,000 (no-op and HTTP alike) instead of one did not bring ours
+// lower (12-13 and 24-26 µs), so one stays the default. BENCH_OUTBOX_WARMUP_RUNS sets their number.
 const WARMUP_JOBS = JOBS
 const HTTP_WARMUP_JOBS = Math.min(4_000, JOBS)
+const WARMUP_RUNS = Number(process.env.BENCH_OUTBOX_WARMUP_RUNS ?? 1)
 // Best of two timed runs per queue (the machine is shared; one run can lose a core to something else).
 const ROUNDS = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 2)
 const CONCURRENCY = 10
@@ -58,7 +62,12 @@ interface RunResult {
   readonly body: string
 }
 
-const childEnv = () => ({ PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp" })
+// JavaScriptCore's options (BUN_JSC_*) reach the queue processes, to try them or to have the JIT report its work.
+const childEnv = () => ({
+  PATH: process.env.PATH ?? "/usr/bin:/bin",
+  HOME: process.env.HOME ?? "/tmp",
+  ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("BUN_JSC_")))
+})
 
 /** Runs one queue in one mode in its own process; resolves with its last stdout line, parsed. */
 const runQueue = (queue: "ours" | "pgboss" | "graphile", mode: "noop" | "http", env: Record<string, string>) =>
@@ -119,11 +128,11 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
     const receiver = yield* startReceiver
     options.log(
       `cluster on port ${cluster.port} (fsync ${options.fsync ? "on" : "off"}); ${JOBS} jobs, concurrency ${CONCURRENCY}; ` +
-        `no-op runs: warm-up ${WARMUP_JOBS} jobs, HTTP runs: warm-up ${HTTP_WARMUP_JOBS} jobs, then best of ${ROUNDS}; ` +
+        `no-op runs: warm-up ${WARMUP_RUNS} × ${WARMUP_JOBS} jobs, HTTP runs: warm-up ${WARMUP_RUNS} × ${HTTP_WARMUP_JOBS} jobs, then best of ${ROUNDS}; ` +
         `receiver pid ${receiver.pid} at ${receiver.url}`
     )
     let body = ""
-    const zero: RunResult = { best: { rate: 0, wall: 0, workerCpu: 0, postgresCpu: 0, receiverCpu: 0 }, runs: [], rss_mb: 0, body: "" }
+    const zero: RunResult = { best: { rate: 0, wall: 0, workerCpu: 0, jitCpu: 0, postgresCpu: 0, receiverCpu: 0 }, runs: [], rss_mb: 0, body: "" }
     const timed = (name: string, queue: "ours" | "pgboss" | "graphile", mode: "noop" | "http") =>
       Effect.gen(function*() {
         if (only !== undefined && !only.includes(`${queue}:${mode}`)) return zero
@@ -133,6 +142,7 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
           BENCH_CLUSTER_PORT: String(cluster.port),
           BENCH_JOBS: String(JOBS),
           BENCH_WARMUP: String(mode === "noop" ? WARMUP_JOBS : HTTP_WARMUP_JOBS),
+          BENCH_WARMUP_RUNS: String(WARMUP_RUNS),
           BENCH_ROUNDS: String(ROUNDS),
           BENCH_CONCURRENCY: String(CONCURRENCY),
           BENCH_RECEIVER: receiver.url,
@@ -142,7 +152,7 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
         if (queue === "ours") body = result.body
         const { best } = result
         options.log(
-          `${name.padEnd(44)} ${String(round(best.rate)).padStart(6)} jobs/s best  (CPU per job: worker ${round((best.workerCpu * 1e6) / JOBS)} µs, ` +
+          `${name.padEnd(44)} ${String(round(best.rate)).padStart(6)} jobs/s best  (CPU per job: worker ${round((best.workerCpu * 1e6) / JOBS)} µs (JIT ${round((best.jitCpu * 1e6) / JOBS)}), ` +
             `PostgreSQL ${round((best.postgresCpu * 1e6) / JOBS)} µs${mode === "http" ? `, receiver ${round((best.receiverCpu * 1e6) / JOBS)} µs` : ""}; ` +
             `peak RSS ${result.rss_mb} MB)`
         )

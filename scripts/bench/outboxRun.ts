@@ -18,7 +18,7 @@ import { makeWorkerUtils, Logger as GraphileLogger, run as runGraphile } from "g
 import { randomUUID, sign } from "node:crypto"
 import { PgBoss } from "pg-boss"
 import { databasePool } from "../../packages/backend/src/Database.ts"
-import { peakRssMb, postgresCpu, processCpu, selfCpu } from "./cpu.ts"
+import { peakRssMb, postgresCpu, processCpu, selfCpu, selfThreadsCpu } from "./cpu.ts"
 
 // One queue of the outbox bench in a process of its own, so that its CPU and its peak RSS are its
 // own: `bun --no-env-file scripts/bench/outboxRun.ts <ours|pgboss|graphile> <noop|http>`, started by
@@ -27,7 +27,8 @@ import { peakRssMb, postgresCpu, processCpu, selfCpu } from "./cpu.ts"
 // `{"best":RunFigures,"runs":[...],"rss_mb":…,"body":…}` (body: the signed envelope ours delivers,
 // which the peers then carry and POST).
 //
-// Environment: BENCH_CLUSTER_URL, BENCH_CLUSTER_PORT, BENCH_JOBS, BENCH_WARMUP, BENCH_ROUNDS,
+// Environment: BENCH_CLUSTER_URL, BENCH_CLUSTER_PORT, BENCH_JOBS, BENCH_WARMUP (jobs per untimed run),
+// BENCH_WARMUP_RUNS, BENCH_ROUNDS,
 // BENCH_CONCURRENCY; in http mode BENCH_RECEIVER (base URL) and BENCH_RECEIVER_PID; for the peers
 // BENCH_BODY (the body each job carries).
 
@@ -39,6 +40,7 @@ const env = (name: string) => {
 }
 const JOBS = Number(env("BENCH_JOBS"))
 const WARMUP = Number(env("BENCH_WARMUP"))
+const WARMUP_RUNS = Number(env("BENCH_WARMUP_RUNS"))
 const ROUNDS = Number(env("BENCH_ROUNDS"))
 const CONCURRENCY = Number(env("BENCH_CONCURRENCY"))
 const receiver = mode === "http" ? env("BENCH_RECEIVER") : ""
@@ -60,10 +62,15 @@ export interface RunFigures {
   readonly wall: number
   /** This process: the queue's worker (and the 10 ms poll that waits for the drain). */
   readonly workerCpu: number
+  /** Of `workerCpu`, JavaScriptCore's compiler thread: what the run still spent compiling. */
+  readonly jitCpu: number
   readonly postgresCpu: number
   /** The receiver process, in http mode. */
   readonly receiverCpu: number
 }
+
+// JavaScriptCore compiles hot code on this thread while the program runs.
+const JIT_THREAD = "JITWorker"
 
 /** Marks the start of a timed phase: wall clock and CPU of this process, the cluster behind `url`, the receiver. */
 const startClock = (url: string) => {
@@ -71,8 +78,9 @@ const startClock = (url: string) => {
   // Reading /proc takes a while on a busy machine: probes first, then the clock starts.
   const postgres = postgresCpu(port)
   const receiverStart = receiverPid > 0 ? processCpu(receiverPid) : 0
+  const jit = selfThreadsCpu(JIT_THREAD)
   const self = selfCpu()
-  return { port, postgres, receiver: receiverStart, self, wall: performance.now() }
+  return { port, postgres, receiver: receiverStart, self, jit, wall: performance.now() }
 }
 
 /** Polls `unfinished` until it says false; the time since `started` is the run's time. */
@@ -87,6 +95,7 @@ const awaitDrained = (jobs: number, unfinished: Effect.Effect<boolean, unknown>,
         rate: jobs / wall,
         wall,
         workerCpu,
+        jitCpu: selfThreadsCpu(JIT_THREAD) - started.jit,
         postgresCpu: postgresCpu(started.port) - started.postgres,
         receiverCpu: receiverPid > 0 ? processCpu(receiverPid) - started.receiver : 0
       }
@@ -324,16 +333,16 @@ const program = Effect.gen(function*() {
   const run = runs[queue]
   if (run === undefined || (mode !== "noop" && mode !== "http")) return yield* Effect.dieMessage(`unknown run ${queue} ${mode}`)
   if (queue !== "ours" && body === "") return yield* Effect.dieMessage("BENCH_BODY is not set")
-  // The warm-up is as large as asked (the no-op runs: as large as a timed one, so no timed run pays
-  // for JIT warm-up), in a database of its own.
-  yield* run(WARMUP)
+  // Untimed runs first, each as large as asked and in a database of its own, so that the timed runs meet code the
+  // JIT has compiled: the run lines print what the JIT thread still spent per job.
+  for (let i = 0; i < WARMUP_RUNS; i++) yield* run(WARMUP)
   const figures: Array<RunFigures> = []
   for (let i = 0; i < ROUNDS; i++) {
     const f = yield* run(JOBS)
     const perJob = (s: number) => Math.round((s * 1e6) / JOBS)
     console.error(
       `  ${`${queue} ${mode}`.padEnd(14)} ${String(Math.round(f.rate)).padStart(6)} jobs/s  (${f.wall.toFixed(2)} s; CPU µs per job: ` +
-        `worker ${perJob(f.workerCpu)}, PostgreSQL ${perJob(f.postgresCpu)}` +
+        `worker ${perJob(f.workerCpu)} (JIT ${perJob(f.jitCpu)}), PostgreSQL ${perJob(f.postgresCpu)}` +
         (mode === "http" ? `, receiver ${perJob(f.receiverCpu)})` : ")")
     )
     figures.push(f)
