@@ -295,19 +295,27 @@ const call = (request: ProviderRequest, span: Tracer.Span, fiber: Fiber.RuntimeF
   })
 }
 
+/** Makes a span named `name` under `parent` (by default the fiber's current span), started now; the caller ends it. */
+export type PlainSpans = (name: string, parent?: Option.Option<Tracer.AnySpan>) => Tracer.Span
+
 /**
- * Whether a span made on `fiber` straight from its tracer (`tracer.span` with the fiber's current span as parent, its
- * clock's time, no links) is the span `Effect.makeSpan` would make there: tracing and its timing on, no span
- * annotations or links on the fiber, and no current span that stops propagation.
+ * Spans made on `fiber` straight from its tracer and clock, for a hot path that runs without a fiber of its own:
+ * the span `Effect.makeSpan` would make there (the fiber's current span as parent, no links, no stack trace), without
+ * its fiber-ref copy and its steps. `undefined` where Effect's own rules add something: tracing or its timing turned
+ * off, span annotations or links on the fiber, a current span that stops propagation.
  */
-export const spansArePlain = (fiber: Fiber.RuntimeFiber<unknown, unknown>): boolean => {
+export const plainSpans = (fiber: Fiber.RuntimeFiber<unknown, unknown>): PlainSpans | undefined => {
   const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
-  return fiber.getFiberRef(FiberRef.currentTracerEnabled) &&
+  const plain = fiber.getFiberRef(FiberRef.currentTracerEnabled) &&
     fiber.getFiberRef(FiberRef.currentTracerTimingEnabled) &&
     HashMap.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanAnnotations)) &&
     Chunk.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanLinks)) &&
     // A current span that stops propagation is looked past by Effect's own rule.
     !(Option.isSome(current) && Context.get(current.value.context, Tracer.DisablePropagation))
+  if (!plain) return undefined
+  const tracer = Context.get(fiber.currentDefaultServices, Tracer.Tracer)
+  const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+  return (name, parent = current) => tracer.span(name, parent, Context.empty(), [], clock.unsafeCurrentTimeNanos(), "internal")
 }
 
 /**
@@ -320,22 +328,17 @@ export type Starter = (request: ProviderRequest, done: (outcome: ProviderOutcome
 
 /**
  * A `Starter` bound to the running fiber's clock, fetch and tracer, when its span can be made without the fiber
- * (the span `Effect.makeSpan` would make: the fiber's tracer, the request's `parentSpan` or the fiber's current span,
- * no stack trace). `undefined` where Effect's own rules for a span add something (tracing turned off, span
- * annotations or links set on the fiber): the caller then uses `send`.
+ * (`plainSpans`: the span `Effect.makeSpan` would make, under the request's `parentSpan` or the fiber's current
+ * span). `undefined` where Effect's own rules for a span add something: the caller then uses `send`.
  */
 export const starter: Effect.Effect<Starter | undefined> = Effect.withFiberRuntime((fiber) => {
-  if (!spansArePlain(fiber)) return Effect.succeed(undefined)
-  const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+  const spans = plainSpans(fiber)
+  if (spans === undefined) return Effect.succeed(undefined)
   const environment = environmentOf(fiber)
-  const tracer = Context.get(fiber.currentDefaultServices, Tracer.Tracer)
   return Effect.succeed<Starter>((request, done) => {
     const headers = checkedHeaders(request)
     if (typeof headers === "string") throw new Error(`ProviderHttp.send: ${headers}`)
-    const parent = request.parentSpan === undefined ? current : Option.some(request.parentSpan)
-    const span = tracer.span(
-      "ProviderHttp.send", parent, Context.empty(), [], environment.clock.unsafeCurrentTimeNanos(), "internal"
-    )
+    const span = spans("ProviderHttp.send", request.parentSpan === undefined ? undefined : Option.some(request.parentSpan))
     return start(request, headers, span, environment, done)
   })
 })

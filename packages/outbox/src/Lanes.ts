@@ -15,6 +15,7 @@ import type { Delivery, Send, SendOutcome, StartSend } from "./Sender.ts"
 const deliveryContext = Context.pick(Tracer.ParentSpan, FetchHttpClient.Fetch, FetchHttpClient.RequestInit)
 
 // Stryker disable next-line ObjectLiteral,BooleanLiteral: the stack trace is CPU only; the attribute is checked by the backend's telemetry test
+const DELIVER_SPAN = "OutboxDelivery.deliver"
 const deliverSpan = { attributes: { "delivery.family": "outbox" }, captureStackTrace: false } as const
 
 /**
@@ -68,7 +69,7 @@ const inLaneFibers = (
     return Effect.gen(function*() {
       while (next < rows.length) {
         const row = rows[next++]!
-        const span = yield* Effect.makeSpan("OutboxDelivery.deliver", deliverSpan)
+        const span = yield* Effect.makeSpan(DELIVER_SPAN, deliverSpan)
         open = span
         const outcome = yield* send(deliveryOf(row, span))
         open = undefined
@@ -99,15 +100,13 @@ const fromOneFiber = (
 ): Effect.Effect<void> =>
   Effect.withFiberRuntime<void>((fiber) => {
     // The spans are made straight from the tracer only where that is the span Effect would make.
-    if (!ProviderHttp.spansArePlain(fiber)) return inLaneFibers(send, rows, concurrency, settle)
+    const spans = ProviderHttp.plainSpans(fiber)
+    if (spans === undefined) return inLaneFibers(send, rows, concurrency, settle)
     const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
-    const tracer = Context.get(fiber.currentDefaultServices, Tracer.Tracer)
-    const parent = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
     return Effect.async<void>((resume) => {
       let next = 0
-      let running = 0
       let stopped = false
-      /** The attempts in flight: each one's span and how to abort it. */
+      /** The attempts in flight (at most `concurrency`): each one's span and how to abort it. */
       const inFlight = new Map<Tracer.Span, ProviderHttp.Abort>()
       const abortInFlight = () => {
         stopped = true
@@ -126,15 +125,13 @@ const fromOneFiber = (
       // settled within this loop, a later answer starts the next row itself.
       const launch = (): void => {
         try {
-          while (!stopped && running < concurrency && next < rows.length) {
+          while (!stopped && inFlight.size < concurrency && next < rows.length) {
             const row = rows[next++]!
-            const span = tracer.span("OutboxDelivery.deliver", parent, Context.empty(), [], clock.unsafeCurrentTimeNanos(), "internal")
-            span.attribute("delivery.family", "outbox")
-            running++
+            const span = spans(DELIVER_SPAN)
+            for (const [key, value] of Object.entries(deliverSpan.attributes)) span.attribute(key, value)
             inFlight.set(span, notYetStarted)
             let returned = false
             const abort = start(deliveryOf(row, span), (outcome) => {
-              running--
               inFlight.delete(span)
               span.end(clock.unsafeCurrentTimeNanos(), Exit.succeed(outcome))
               if (!returned) return settle(row, outcome)
@@ -148,7 +145,7 @@ const fromOneFiber = (
             returned = true
             if (inFlight.has(span)) inFlight.set(span, abort)
           }
-          if (!stopped && running === 0 && next >= rows.length) {
+          if (!stopped && inFlight.size === 0 && next >= rows.length) {
             stopped = true
             resume(Effect.void)
           }
