@@ -1,7 +1,7 @@
 import { ProviderHttp } from "@delivery/core"
 import { recordingTracer } from "@delivery/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, type Tracer } from "effect"
+import { Effect, Exit, Fiber, Option, type Tracer } from "effect"
 import type { ClaimedRow } from "../src/DeliveryRepo.ts"
 import { deliverInLanes } from "../src/Lanes.ts"
 import { NotSent, type Send, type SendOutcome, type StartSend } from "../src/Sender.ts"
@@ -60,7 +60,7 @@ const controlledStart = () => {
 const ended = (span: Tracer.Span) => (span.status._tag === "Ended" ? span.status.exit : undefined)
 
 describe("deliverInLanes from one fiber (a sender's start)", () => {
-  it.live("at most `concurrency` attempts at a time, rows started in order, each settled once with its outcome; each attempt's span nests in the current span and ends with its outcome", () =>
+  it.live("at most `concurrency` attempts at a time, rows started in order, each settled once with its outcome, the batch done only once the last attempt answered; each attempt's span nests in the current span and ends with its outcome", () =>
     Effect.gen(function*() {
       const { spans, tracer } = yield* recordingTracer
       const control = controlledStart()
@@ -77,7 +77,11 @@ describe("deliverInLanes from one fiber (a sender's start)", () => {
       control.waiting[1]!.answer(delivered)
       control.waiting[0]!.answer(new ProviderHttp.Temporary({ code: "provider-5xx", status: 503 }))
       expect(control.waiting.map((w) => w.id)).toEqual(["row-0", "row-1", "row-2", "row-3", "row-4"])
-      for (let i = 2; i < 7; i++) control.waiting[i]!.answer(delivered)
+      for (let i = 2; i < 6; i++) control.waiting[i]!.answer(delivered)
+      // Every row has started; the batch still waits for the last answer.
+      yield* Effect.sleep("10 millis")
+      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+      control.waiting[6]!.answer(delivered)
       yield* Fiber.join(fiber)
       expect(control.mostInFlight()).toBe(3)
       expect(settled).toEqual([
