@@ -24,7 +24,7 @@ const modules = (pkg: string, names: ReadonlyArray<string>): ReadonlyArray<strin
 
 export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
   core: {
-    mutate: modules("core", ["Lease", "Backoff", "Canonical", "ProviderHttp", "ProviderEndpoint", "Migrations", "BoundedJson", "ConfigValues", "Correlation", "Batcher"]),
+    mutate: modules("core", ["Lease", "Backoff", "Canonical", "ProviderHttp", "ProviderOutcome", "Spans", "ProviderEndpoint", "Migrations", "BoundedJson", "ConfigValues", "Correlation", "Batcher"]),
     tests: ["packages/core"]
   },
   signer: {

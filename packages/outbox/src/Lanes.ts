@@ -1,4 +1,4 @@
-import { ProviderHttp } from "@delivery/core"
+import { plainSpans, type ProviderHttp } from "@delivery/core"
 import type { TenantId } from "@delivery/signer"
 import { FetchHttpClient } from "@effect/platform"
 import { Clock, Context, Effect, Exit, Tracer } from "effect"
@@ -100,7 +100,7 @@ const fromOneFiber = (
 ): Effect.Effect<void> =>
   Effect.withFiberRuntime<void>((fiber) => {
     // The spans are made straight from the tracer only where that is the span Effect would make.
-    const spans = ProviderHttp.plainSpans(fiber)
+    const spans = plainSpans(fiber)
     if (spans === undefined) return inLaneFibers(send, rows, concurrency, settle)
     const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
     return Effect.async<void>((resume) => {
