@@ -17,6 +17,7 @@ const deliveryContext = Context.pick(Tracer.ParentSpan, FetchHttpClient.Fetch, F
 // Stryker disable next-line ObjectLiteral,BooleanLiteral: the stack trace is CPU only; the attribute is checked by the backend's telemetry test
 const DELIVER_SPAN = "OutboxDelivery.deliver"
 const deliverSpan = { attributes: { "delivery.family": "outbox" }, captureStackTrace: false } as const
+const deliverAttributes = Object.entries(deliverSpan.attributes)
 
 /**
  * Sends a claimed batch in `concurrency` lanes, each sending one row after another: no fiber per row, and
@@ -128,7 +129,7 @@ const fromOneFiber = (
           while (!stopped && inFlight.size < concurrency && next < rows.length) {
             const row = rows[next++]!
             const span = spans(DELIVER_SPAN)
-            for (const [key, value] of Object.entries(deliverSpan.attributes)) span.attribute(key, value)
+            for (const [key, value] of deliverAttributes) span.attribute(key, value)
             inFlight.set(span, notYetStarted)
             let returned = false
             const abort = start(deliveryOf(row, span), (outcome) => {
