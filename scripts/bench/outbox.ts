@@ -9,7 +9,8 @@ import type { RunFigures } from "./outboxRun.ts"
 // database, the same 20,000 jobs at the same concurrency (10) for every queue: first no-op jobs, then
 // jobs that POST the same signed webhook to one receiver process (scripts/bench/receiver.ts), which
 // checks that every message arrived exactly once. Each run is timed from the moment its workers start
-// until the database holds no unfinished job; enqueueing is not timed.
+// until the database holds no unfinished job; enqueueing is not timed. The queues of one mode take turns,
+// one run each per round; each rate is the median of a queue's runs, each ratio the median of the rounds'.
 
 export interface OutboxBenchOptions {
   readonly fsync: boolean
@@ -21,12 +22,12 @@ export interface OutboxBenchResult {
   readonly ours_noop: number
   readonly pgboss: number
   readonly graphile: number
-  /** ours_noop over the faster peer's no-op rate. */
+  /** The median over the rounds of ours over the faster peer's no-op rate in the same round. */
   readonly ratio: number
   readonly ours_http: number
   readonly pgboss_http: number
   readonly graphile_http: number
-  /** ours_http over the faster peer's HTTP rate. */
+  /** The same over HTTP. */
   readonly ratio_http: number
   /** Peak RSS of the processes that ran our worker (the max of the no-op and the HTTP one). */
   readonly rss_mb: number
@@ -34,7 +35,7 @@ export interface OutboxBenchResult {
   readonly rss_mb_graphile: number
 }
 
-// BENCH_OUTBOX_JOBS and BENCH_OUTBOX_ROUNDS shrink a run for a quick look or a profile; the figures are 20,000 and 2.
+// BENCH_OUTBOX_JOBS and BENCH_OUTBOX_ROUNDS shrink a run for a quick look or a profile; the figures are 20,000 and 5.
 const JOBS = Number(process.env.BENCH_OUTBOX_JOBS ?? 20_000)
 // Each queue first processes an untimed run in a database of its own, in the same process as its
 // timed runs, so no timed run pays for most of the JIT's warm-up: with 2,000 no-op jobs every queue (ours and
@@ -45,8 +46,10 @@ const JOBS = Number(process.env.BENCH_OUTBOX_JOBS ?? 20_000)
 const WARMUP_JOBS = JOBS
 const HTTP_WARMUP_JOBS = Math.min(4_000, JOBS)
 const WARMUP_RUNS = Number(process.env.BENCH_OUTBOX_WARMUP_RUNS ?? 1)
-// Best of two timed runs per queue (the machine is shared; one run can lose a core to something else).
-const ROUNDS = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 2)
+// The queues take turns, one timed run each per round, and the ratio is the median of the rounds' ratios: this
+// machine's speed moves by more than a change's worth from one minute to the next, so a queue measured a minute
+// after another can be a quarter faster or slower for that alone.
+const ROUNDS = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 5)
 const CONCURRENCY = 10
 
 const repoRoot = new URL("../../", import.meta.url).pathname
@@ -55,12 +58,8 @@ const repoRoot = new URL("../../", import.meta.url).pathname
 const workerFlags = (process.env.BENCH_WORKER_FLAGS ?? "").split(" ").filter(Boolean)
 const only = process.env.BENCH_ONLY?.split(",").filter(Boolean)
 
-interface RunResult {
-  readonly best: RunFigures
-  readonly runs: ReadonlyArray<RunFigures>
-  readonly rss_mb: number
-  readonly body: string
-}
+type Queue = "ours" | "pgboss" | "graphile"
+type Mode = "noop" | "http"
 
 // JavaScriptCore's options (BUN_JSC_*) reach the queue processes, to try them or to have the JIT report its work.
 const childEnv = () => ({
@@ -69,30 +68,48 @@ const childEnv = () => ({
   ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name.startsWith("BUN_JSC_")))
 })
 
-/** Runs one queue in one mode in its own process; resolves with its last stdout line, parsed. */
-const runQueue = (queue: "ours" | "pgboss" | "graphile", mode: "noop" | "http", env: Record<string, string>) =>
-  Effect.async<RunResult, Error>((resume) => {
-    const child = spawn(process.execPath, [...workerFlags, "--no-env-file", `${repoRoot}scripts/bench/outboxRun.ts`, queue, mode], {
-      cwd: repoRoot,
-      stdio: ["ignore", "pipe", "inherit"],
-      env: { ...childEnv(), ...env }
-    })
-    let last = ""
-    createInterface({ input: child.stdout! }).on("line", (line) => {
-      if (line.trim() !== "") last = line
-    })
-    child.once("exit", (code) => {
-      if (code !== 0) return resume(Effect.fail(new Error(`${queue} ${mode} exited with code ${code}`)))
-      // stdout may still hold the last line when the process is reported gone.
-      setTimeout(() => {
-        try {
-          resume(Effect.succeed(JSON.parse(last) as RunResult))
-        } catch {
-          resume(Effect.fail(new Error(`${queue} ${mode}: no result line`)))
-        }
-      }, 50)
-    })
-    return Effect.sync(() => child.kill("SIGKILL"))
+/** A queue's process (scripts/bench/outboxRun.ts), warmed up: each `run` is one timed run, `end` its peak RSS. */
+interface QueueProcess {
+  readonly body: string
+  readonly run: Effect.Effect<RunFigures, Error>
+  readonly end: Effect.Effect<number, Error>
+}
+
+/** Starts one queue in one mode in its own process and waits until its warm-up is done; killed with the scope. */
+const startQueue = (queue: Queue, mode: Mode, env: Record<string, string>) =>
+  Effect.gen(function*() {
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        spawn(process.execPath, [...workerFlags, "--no-env-file", `${repoRoot}scripts/bench/outboxRun.ts`, queue, mode], {
+          cwd: repoRoot,
+          stdio: ["pipe", "pipe", "inherit"],
+          env: { ...childEnv(), ...env }
+        })
+      ),
+      (child) => Effect.sync(() => child.kill("SIGKILL"))
+    )
+    const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
+    const exited = new Promise<number | null>((resolve) => child.once("exit", resolve))
+    // The next JSON line the process prints, parsed (its worker may log to stdout too); a process that exits first
+    // fails with its exit code.
+    const answer = <A>(command: string | undefined) =>
+      Effect.tryPromise({
+        try: async () => {
+          if (command !== undefined) child.stdin!.write(`${command}\n`)
+          for (;;) {
+            const line = await lines.next()
+            if (line.done === true) throw new Error(`${queue} ${mode} exited with code ${await exited}`)
+            if (line.value.startsWith("{")) return JSON.parse(line.value) as A
+          }
+        },
+        catch: (cause) => (cause instanceof Error ? cause : new Error(String(cause)))
+      })
+    const { body } = yield* answer<{ readonly body: string }>(undefined)
+    return {
+      body,
+      run: Effect.map(answer<{ readonly figures: RunFigures }>("run"), (a) => a.figures),
+      end: Effect.map(answer<{ readonly rss_mb: number }>("end"), (a) => a.rss_mb)
+    } satisfies QueueProcess
   })
 
 /** The receiver process (scripts/bench/receiver.ts), stopped with the bench; resolves once it listens. */
@@ -120,7 +137,26 @@ export const startReceiver = Effect.acquireRelease(
 )
 
 const round = (n: number) => Math.round(n)
-const ratioOf = (a: number, b: number) => Math.round((a / b) * 100) / 100
+const twoDecimals = (n: number) => Math.round(n * 100) / 100
+const median = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
+
+/** One queue's turns in one mode: the turn of median rate stands for it; `rss_mb` over the process's whole life. */
+interface QueueResult {
+  readonly rate: number
+  readonly median: RunFigures
+  readonly turns: ReadonlyArray<RunFigures>
+  readonly rss_mb: number
+}
+
+const NAMES: Record<Queue, string> = {
+  ours: "ours",
+  pgboss: "pg-boss 12.38 (batchSize 100)",
+  graphile: "graphile-worker 0.18 (localQueue)"
+}
 
 export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<OutboxBenchResult, unknown> =>
   Effect.scoped(Effect.gen(function*() {
@@ -128,61 +164,83 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
     const receiver = yield* startReceiver
     options.log(
       `cluster on port ${cluster.port} (fsync ${options.fsync ? "on" : "off"}); ${JOBS} jobs, concurrency ${CONCURRENCY}; ` +
-        `no-op runs: warm-up ${WARMUP_RUNS} × ${WARMUP_JOBS} jobs, HTTP runs: warm-up ${WARMUP_RUNS} × ${HTTP_WARMUP_JOBS} jobs, then best of ${ROUNDS}; ` +
-        `receiver pid ${receiver.pid} at ${receiver.url}`
+        `no-op runs: warm-up ${WARMUP_RUNS} × ${WARMUP_JOBS} jobs, HTTP runs: warm-up ${WARMUP_RUNS} × ${HTTP_WARMUP_JOBS} jobs, ` +
+        `then ${ROUNDS} rounds, the queues taking turns; receiver pid ${receiver.pid} at ${receiver.url}`
     )
     let body = ""
-    const zero: RunResult = { best: { rate: 0, wall: 0, workerCpu: 0, jitCpu: 0, postgresCpu: 0, receiverCpu: 0 }, runs: [], rss_mb: 0, body: "" }
-    const timed = (name: string, queue: "ours" | "pgboss" | "graphile", mode: "noop" | "http") =>
-      Effect.gen(function*() {
-        if (only !== undefined && !only.includes(`${queue}:${mode}`)) return zero
-        options.log(name)
-        const result = yield* runQueue(queue, mode, {
-          BENCH_CLUSTER_URL: cluster.url,
-          BENCH_CLUSTER_PORT: String(cluster.port),
-          BENCH_JOBS: String(JOBS),
-          BENCH_WARMUP: String(mode === "noop" ? WARMUP_JOBS : HTTP_WARMUP_JOBS),
-          BENCH_WARMUP_RUNS: String(WARMUP_RUNS),
-          BENCH_ROUNDS: String(ROUNDS),
-          BENCH_CONCURRENCY: String(CONCURRENCY),
-          BENCH_RECEIVER: receiver.url,
-          BENCH_RECEIVER_PID: String(receiver.pid),
-          BENCH_BODY: body
-        })
-        if (queue === "ours") body = result.body
-        const { best } = result
-        options.log(
-          `${name.padEnd(44)} ${String(round(best.rate)).padStart(6)} jobs/s best  (CPU per job: worker ${round((best.workerCpu * 1e6) / JOBS)} µs (JIT ${round((best.jitCpu * 1e6) / JOBS)}), ` +
-            `PostgreSQL ${round((best.postgresCpu * 1e6) / JOBS)} µs${mode === "http" ? `, receiver ${round((best.receiverCpu * 1e6) / JOBS)} µs` : ""}; ` +
-            `peak RSS ${result.rss_mb} MB)`
-        )
-        return result
-      })
-    const oursNoop = yield* timed("ours (no-op sender)", "ours", "noop")
-    // The peers' jobs carry the same signed envelope as ours (the bytes our run stored).
-    if (body === "") body = "x".repeat(424)
-    options.log(`peers' job payload: our signed envelope, ${Buffer.byteLength(body)} bytes`)
-    const pgbossNoop = yield* timed("pg-boss 12.38 (batchSize 100)", "pgboss", "noop")
-    const graphileNoop = yield* timed("graphile-worker 0.18 (localQueue)", "graphile", "noop")
-    const oursHttp = yield* timed("ours (HTTP, receiver process)", "ours", "http")
-    const pgbossHttp = yield* timed("pg-boss 12.38 (HTTP, receiver process)", "pgboss", "http")
-    const graphileHttp = yield* timed("graphile-worker 0.18 (HTTP, receiver process)", "graphile", "http")
 
-    const ratio = ratioOf(oursNoop.best.rate, Math.max(pgbossNoop.best.rate, graphileNoop.best.rate))
-    const ratio_http = ratioOf(oursHttp.best.rate, Math.max(pgbossHttp.best.rate, graphileHttp.best.rate))
-    options.log(`ours / faster peer: no-op ${ratio}, HTTP ${ratio_http}`)
+    /** Every listed queue of one mode: warmed up one after another, then one timed run each per round. */
+    const mode = (name: string, m: Mode) =>
+      Effect.scoped(Effect.gen(function*() {
+        const queues = (["ours", "pgboss", "graphile"] as const).filter((q) => only === undefined || only.includes(`${q}:${m}`))
+        if (queues.length === 0) return { results: new Map<Queue, QueueResult>(), ratio: Number.NaN }
+        options.log(name)
+        const started = new Map<Queue, QueueProcess>()
+        for (const queue of queues) {
+          const queueProcess = yield* startQueue(queue, m, {
+            BENCH_CLUSTER_URL: cluster.url,
+            BENCH_CLUSTER_PORT: String(cluster.port),
+            BENCH_JOBS: String(JOBS),
+            BENCH_WARMUP: String(m === "noop" ? WARMUP_JOBS : HTTP_WARMUP_JOBS),
+            BENCH_WARMUP_RUNS: String(WARMUP_RUNS),
+            BENCH_CONCURRENCY: String(CONCURRENCY),
+            BENCH_RECEIVER: receiver.url,
+            BENCH_RECEIVER_PID: String(receiver.pid),
+            BENCH_BODY: body
+          })
+          // The peers' jobs carry the same signed envelope as ours (the bytes our run stored).
+          if (queue === "ours") body = queueProcess.body
+          if (body === "") body = "x".repeat(424)
+          started.set(queue, queueProcess)
+        }
+        const turns = new Map<Queue, Array<RunFigures>>(queues.map((q) => [q, []]))
+        const ratios: Array<number> = []
+        for (let r = 0; r < ROUNDS; r++) {
+          // Each round starts with another queue, so none is always the one that runs right after a warm-up.
+          for (const queue of [...queues.slice(r % queues.length), ...queues.slice(0, r % queues.length)]) {
+            turns.get(queue)!.push(yield* started.get(queue)!.run)
+          }
+          const peers = queues.filter((q) => q !== "ours").map((q) => turns.get(q)![r]!.rate)
+          if (queues.includes("ours") && peers.length > 0) ratios.push(turns.get("ours")![r]!.rate / Math.max(...peers))
+        }
+        const results = new Map<Queue, QueueResult>()
+        for (const queue of queues) {
+          const runs = turns.get(queue)!
+          const rate = median(runs.map((f) => f.rate))
+          const at = runs.find((f) => f.rate === rate) ?? runs[0]!
+          const rss_mb = yield* started.get(queue)!.end
+          results.set(queue, { rate, median: at, turns: runs, rss_mb })
+          const perJob = (s: number) => round((s * 1e6) / JOBS)
+          options.log(
+            `${`${NAMES[queue]} (${m === "noop" ? "no-op" : "HTTP, receiver process"})`.padEnd(52)} ${String(round(rate)).padStart(6)} jobs/s median ` +
+              `(CPU per job: worker ${perJob(at.workerCpu)} µs (JIT ${perJob(at.jitCpu)}), PostgreSQL ${perJob(at.postgresCpu)} µs` +
+              `${m === "http" ? `, receiver ${perJob(at.receiverCpu)} µs` : ""}; peak RSS ${rss_mb} MB)`
+          )
+        }
+        if (ratios.length > 0) {
+          options.log(`ours / faster peer per round (${m === "noop" ? "no-op" : "HTTP"}): ${ratios.map((x) => x.toFixed(2)).join(", ")}`)
+        }
+        return { results, ratio: ratios.length > 0 ? twoDecimals(median(ratios)) : Number.NaN }
+      }))
+
+    const noop = yield* mode("no-op runs", "noop")
+    options.log(`peers' job payload: our signed envelope, ${Buffer.byteLength(body)} bytes`)
+    const http = yield* mode("HTTP runs (receiver process)", "http")
+    const rateOf = ({ results }: { readonly results: Map<Queue, QueueResult> }, queue: Queue) => round(results.get(queue)?.rate ?? 0)
+    const rssOf = (queue: Queue) => Math.max(noop.results.get(queue)?.rss_mb ?? 0, http.results.get(queue)?.rss_mb ?? 0)
+    options.log(`ours / faster peer (median of the rounds): no-op ${noop.ratio}, HTTP ${http.ratio}`)
     return {
       bench: "outbox",
-      ours_noop: round(oursNoop.best.rate),
-      pgboss: round(pgbossNoop.best.rate),
-      graphile: round(graphileNoop.best.rate),
-      ratio,
-      ours_http: round(oursHttp.best.rate),
-      pgboss_http: round(pgbossHttp.best.rate),
-      graphile_http: round(graphileHttp.best.rate),
-      ratio_http,
-      rss_mb: Math.max(oursNoop.rss_mb, oursHttp.rss_mb),
-      rss_mb_pgboss: Math.max(pgbossNoop.rss_mb, pgbossHttp.rss_mb),
-      rss_mb_graphile: Math.max(graphileNoop.rss_mb, graphileHttp.rss_mb)
+      ours_noop: rateOf(noop, "ours"),
+      pgboss: rateOf(noop, "pgboss"),
+      graphile: rateOf(noop, "graphile"),
+      ratio: noop.ratio,
+      ours_http: rateOf(http, "ours"),
+      pgboss_http: rateOf(http, "pgboss"),
+      graphile_http: rateOf(http, "graphile"),
+      ratio_http: http.ratio,
+      rss_mb: rssOf("ours"),
+      rss_mb_pgboss: rssOf("pgboss"),
+      rss_mb_graphile: rssOf("graphile")
     }
   }))

@@ -16,21 +16,22 @@ import { connect, createDatabase, PgCluster } from "@delivery/testing"
 import { Context, Duration, Effect, Layer, Redacted, Schedule } from "effect"
 import { makeWorkerUtils, Logger as GraphileLogger, run as runGraphile } from "graphile-worker"
 import { randomUUID, sign } from "node:crypto"
+import { createInterface } from "node:readline"
 import { PgBoss } from "pg-boss"
 import { databasePool } from "../../packages/backend/src/Database.ts"
 import { peakRssMb, postgresCpu, processCpu, selfCpu, selfThreadsCpu } from "./cpu.ts"
 
 // One queue of the outbox bench in a process of its own, so that its CPU and its peak RSS are its
 // own: `bun --no-env-file scripts/bench/outboxRun.ts <ours|pgboss|graphile> <noop|http>`, started by
-// scripts/bench/outbox.ts. A warm-up run, then the best of BENCH_ROUNDS timed runs, each in a fresh
-// database of the cluster at BENCH_CLUSTER_URL. Progress goes to stderr; the last stdout line is
-// `{"best":RunFigures,"runs":[...],"rss_mb":…,"body":…}` (body: the signed envelope ours delivers,
-// which the peers then carry and POST).
+// scripts/bench/outbox.ts, which has the queues take turns. Untimed warm-up runs first, then
+// `{"ready":true,"body":…}` on stdout (body: the signed envelope ours delivers, which the peers then carry and
+// POST); then each `run` line on stdin starts one timed run in a fresh database of the cluster at
+// BENCH_CLUSTER_URL and answers `{"figures":RunFigures}`, and `end` answers `{"rss_mb":…}` and exits.
+// Progress goes to stderr.
 //
 // Environment: BENCH_CLUSTER_URL, BENCH_CLUSTER_PORT, BENCH_JOBS, BENCH_WARMUP (jobs per untimed run),
-// BENCH_WARMUP_RUNS, BENCH_ROUNDS,
-// BENCH_CONCURRENCY; in http mode BENCH_RECEIVER (base URL) and BENCH_RECEIVER_PID; for the peers
-// BENCH_BODY (the body each job carries).
+// BENCH_WARMUP_RUNS, BENCH_CONCURRENCY; in http mode BENCH_RECEIVER (base URL) and BENCH_RECEIVER_PID; for the
+// peers BENCH_BODY (the body each job carries).
 
 const [queue, mode] = process.argv.slice(2) as ["ours" | "pgboss" | "graphile", "noop" | "http"]
 const env = (name: string) => {
@@ -41,7 +42,6 @@ const env = (name: string) => {
 const JOBS = Number(env("BENCH_JOBS"))
 const WARMUP = Number(env("BENCH_WARMUP"))
 const WARMUP_RUNS = Number(env("BENCH_WARMUP_RUNS"))
-const ROUNDS = Number(env("BENCH_ROUNDS"))
 const CONCURRENCY = Number(env("BENCH_CONCURRENCY"))
 const receiver = mode === "http" ? env("BENCH_RECEIVER") : ""
 const receiverPid = mode === "http" ? Number(env("BENCH_RECEIVER_PID")) : 0
@@ -336,8 +336,9 @@ const program = Effect.gen(function*() {
   // Untimed runs first, each as large as asked and in a database of its own, so that the timed runs meet code the
   // JIT has compiled: the run lines print what the JIT thread still spent per job.
   for (let i = 0; i < WARMUP_RUNS; i++) yield* run(WARMUP)
-  const figures: Array<RunFigures> = []
-  for (let i = 0; i < ROUNDS; i++) {
+  console.log(JSON.stringify({ ready: true, body }))
+  const commands = createInterface({ input: process.stdin })[Symbol.asyncIterator]()
+  while ((yield* Effect.promise(() => commands.next())).value === "run") {
     const f = yield* run(JOBS)
     const perJob = (s: number) => Math.round((s * 1e6) / JOBS)
     console.error(
@@ -345,15 +346,13 @@ const program = Effect.gen(function*() {
         `worker ${perJob(f.workerCpu)} (JIT ${perJob(f.jitCpu)}), PostgreSQL ${perJob(f.postgresCpu)}` +
         (mode === "http" ? `, receiver ${perJob(f.receiverCpu)})` : ")")
     )
-    figures.push(f)
+    console.log(JSON.stringify({ figures: f }))
   }
-  const best = figures.reduce((a, b) => (b.rate > a.rate ? b : a))
-  return { best, runs: figures, rss_mb: peakRssMb("self"), body }
+  console.log(JSON.stringify({ rss_mb: peakRssMb("self") }))
 }).pipe(
   Effect.provideService(PgCluster, { url: env("BENCH_CLUSTER_URL"), port: Number(env("BENCH_CLUSTER_PORT")), external: true })
 )
 
-const result = await Effect.runPromise(program)
-console.log(JSON.stringify(result))
+await Effect.runPromise(program)
 // pg-boss and graphile-worker may leave timers behind after stopping.
 process.exit(0)
