@@ -48,6 +48,16 @@ const complete = (sql: SqlClient.SqlClient, id: string, attempt: number) =>
     { resource: "work", id, attempt }
   )
 
+/** A node of PostgreSQL's JSON plan, with the fields the tests read. */
+interface PlanNode {
+  readonly "Node Type": string
+  readonly "Index Name"?: string
+  readonly Plans?: ReadonlyArray<PlanNode>
+}
+
+const findNode = (node: PlanNode, matches: (node: PlanNode) => boolean): PlanNode | undefined =>
+  matches(node) ? node : (node.Plans ?? []).map((child) => findNode(child, matches)).find((found) => found !== undefined)
+
 const rows = (sql: SqlClient.SqlClient) => sql<{ id: string; state: string; attempt: number; owner: string | null }>`
   SELECT id, state, attempt, owner FROM work ORDER BY id`
 
@@ -113,6 +123,33 @@ describe("Lease fencing (DESIGN: claim = lease; later transitions WHERE id = $1 
       expect(error).toMatchObject({ _tag: "LeaseLost", id: first!.id, attempt: 1 })
       expect((yield* rows(sql))[0]).toEqual({ id: "w01", state: "claimed", owner: "fresh", attempt: 2 })
       expect(yield* complete(sql, second!.id, second!.attempt)).toEqual({ id: first!.id })
+    }).pipe(Effect.provide(PgClusterFromVitest)))
+
+  it.scoped("core's claimDue updates the rows it locked by the row versions it locked (a TID scan, no second lookup through the primary key); with nothing due it claims and changes nothing", () =>
+    Effect.gen(function* () {
+      yield* TestClock.setTime(START)
+      const { sql } = yield* freshDatabaseClient()
+      yield* setup(sql)
+      // A table of some size, analyzed: a table of a few pages is read whole whatever the statement says.
+      yield* sql`INSERT INTO work (id, state) SELECT 'x' || g, 'done' FROM generate_series(1, 20000) g`
+      yield* sql`ANALYZE work`
+      const now = new Date(START)
+      const statement = claimDue(sql, {
+        table: "work",
+        due: sql`state IN ('pending', 'claimed') AND due_at <= ${now}`,
+        orderBy: sql`due_at, id`,
+        limit: 3,
+        lease: sql`state = 'claimed', owner = 'a', due_at = ${now}`,
+        returning: sql`m.id`
+      })
+      const [explained] = yield* sql<{ "QUERY PLAN": ReadonlyArray<{ Plan: PlanNode }> }>`EXPLAIN (FORMAT JSON) ${statement} SELECT id FROM claimed`
+      const update = findNode(explained!["QUERY PLAN"][0]!.Plan, (node) => node["Node Type"] === "ModifyTable")
+      expect(update?.Plans?.map((node) => node["Node Type"])).toContain("Tid Scan")
+      expect(findNode(update!, (node) => node["Index Name"] === "work_pkey")).toBeUndefined()
+      yield* sql`UPDATE work SET state = 'done'`
+      const before = yield* rows(sql)
+      expect(yield* claim(sql, "a", 3, 30_000)).toEqual([])
+      expect(yield* rows(sql)).toEqual(before)
     }).pipe(Effect.provide(PgClusterFromVitest)))
 
   it.scoped("core's attemptFence: a batched transition moves only rows whose claimed attempt still matches; an empty batch moves nothing", () =>
