@@ -6,6 +6,7 @@ import { randomUUID, sign } from "node:crypto"
 import type { ClaimedRow } from "../../packages/outbox/src/DeliveryRepo.ts"
 import { deliverInLanes } from "../../packages/outbox/src/Lanes.ts"
 import { selfCpu } from "./cpu.ts"
+import { median } from "./median.ts"
 import { startReceiver } from "./outbox.ts"
 
 // `bun run bench sender [--json]`: the CPU one webhook delivery costs in this process, our send path against a bare
@@ -106,7 +107,6 @@ const cpuPerDelivery = <E>(name: string, run: Effect.Effect<number, E>) =>
     return (cpu * 1e6) / DELIVERIES
   })
 
-const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const round1 = (n: number) => Math.round(n * 10) / 10
 
 export const runSenderBench = (options: SenderBenchOptions): Effect.Effect<SenderBenchResult, unknown> =>
