@@ -2,7 +2,8 @@ import { startCluster } from "@delivery/testing"
 import { Effect } from "effect"
 import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
-import type { RunFigures } from "./outboxRun.ts"
+import { median, medianBy } from "./median.ts"
+import type { RunFigures } from "./outboxMeasure.ts"
 
 // `bun run bench outbox [--json] [--fsync]`: one throwaway cluster; our outbox, pg-boss and
 // graphile-worker each in a process of their own (scripts/bench/outboxRun.ts), every run in a fresh
@@ -138,17 +139,10 @@ export const startReceiver = Effect.acquireRelease(
 
 const round = (n: number) => Math.round(n)
 const twoDecimals = (n: number) => Math.round(n * 100) / 100
-const median = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
-}
 
-/** One queue's turns in one mode: the turn of median rate stands for it; `rss_mb` over the process's whole life. */
+/** One queue in one mode: the rate of its median run, and its peak RSS over the process's whole life. */
 interface QueueResult {
   readonly rate: number
-  readonly median: RunFigures
-  readonly turns: ReadonlyArray<RunFigures>
   readonly rss_mb: number
 }
 
@@ -205,14 +199,12 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
         }
         const results = new Map<Queue, QueueResult>()
         for (const queue of queues) {
-          const runs = turns.get(queue)!
-          const rate = median(runs.map((f) => f.rate))
-          const at = runs.find((f) => f.rate === rate) ?? runs[0]!
+          const at = medianBy(turns.get(queue)!, (f) => f.rate)
           const rss_mb = yield* started.get(queue)!.end
-          results.set(queue, { rate, median: at, turns: runs, rss_mb })
+          results.set(queue, { rate: at.rate, rss_mb })
           const perJob = (s: number) => round((s * 1e6) / JOBS)
           options.log(
-            `${`${NAMES[queue]} (${m === "noop" ? "no-op" : "HTTP, receiver process"})`.padEnd(52)} ${String(round(rate)).padStart(6)} jobs/s median ` +
+            `${`${NAMES[queue]} (${m === "noop" ? "no-op" : "HTTP, receiver process"})`.padEnd(52)} ${String(round(at.rate)).padStart(6)} jobs/s median ` +
               `(CPU per job: worker ${perJob(at.workerCpu)} µs (JIT ${perJob(at.jitCpu)}), PostgreSQL ${perJob(at.postgresCpu)} µs` +
               `${m === "http" ? `, receiver ${perJob(at.receiverCpu)} µs` : ""}; peak RSS ${rss_mb} MB)`
           )
