@@ -52,6 +52,11 @@ const WARMUP_RUNS = Number(process.env.BENCH_OUTBOX_WARMUP_RUNS ?? 1)
 // after another can be a quarter faster or slower for that alone.
 const ROUNDS = Number(process.env.BENCH_OUTBOX_ROUNDS ?? 5)
 const CONCURRENCY = 10
+// Our claim loops (OUTBOX_CLAIMERS, the shipped default), sharing the 10 deliveries in flight: each loop claims up to
+// 100 rows per statement. With five loops PostgreSQL spent a third more per no-op job than with two (their claims and
+// outcome writes contend for the same pages: docs/controlplane-outbound.md, "Claim loops"). BENCH_OUTBOX_CLAIMERS
+// (a divisor of 10) sets another number.
+const CLAIMERS = Number(process.env.BENCH_OUTBOX_CLAIMERS ?? 2)
 
 const repoRoot = new URL("../../", import.meta.url).pathname
 // Extra flags for the bun that runs a queue, e.g. BENCH_WORKER_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof";
@@ -87,8 +92,19 @@ const startQueue = (queue: Queue, mode: Mode, env: Record<string, string>) =>
           env: { ...childEnv(), ...env }
         })
       ),
-      (child) => Effect.sync(() => child.kill("SIGKILL"))
+      // After `end` the process exits by itself, writing a CPU profile first when BENCH_WORKER_FLAGS asks for one:
+      // it is killed only if it has not exited a few seconds later (or at once, when the bench stops before `end`).
+      (child) =>
+        Effect.async<void>((resume) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+          const kill = setTimeout(() => child.kill("SIGKILL"), ended ? 10_000 : 0)
+          child.once("exit", () => {
+            clearTimeout(kill)
+            resume(Effect.void)
+          })
+        })
     )
+    let ended = false
     const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
     const exited = new Promise<number | null>((resolve) => child.once("exit", resolve))
     // The next JSON line the process prints, parsed (its worker may log to stdout too); a process that exits first
@@ -109,7 +125,10 @@ const startQueue = (queue: Queue, mode: Mode, env: Record<string, string>) =>
     return {
       body,
       run: Effect.map(answer<{ readonly figures: RunFigures }>("run"), (a) => a.figures),
-      end: Effect.map(answer<{ readonly rss_mb: number }>("end"), (a) => a.rss_mb)
+      end: Effect.map(answer<{ readonly rss_mb: number }>("end"), (a) => {
+        ended = true
+        return a.rss_mb
+      })
     } satisfies QueueProcess
   })
 
@@ -178,6 +197,7 @@ export const runOutboxBench = (options: OutboxBenchOptions): Effect.Effect<Outbo
             BENCH_WARMUP: String(m === "noop" ? WARMUP_JOBS : HTTP_WARMUP_JOBS),
             BENCH_WARMUP_RUNS: String(WARMUP_RUNS),
             BENCH_CONCURRENCY: String(CONCURRENCY),
+            BENCH_CLAIMERS: String(CLAIMERS),
             BENCH_RECEIVER: receiver.url,
             BENCH_RECEIVER_PID: String(receiver.pid),
             BENCH_BODY: body

@@ -41,7 +41,7 @@ import { runGraphileWorker, runPgBoss } from "./outboxPeers.ts"
 // peers BENCH_BODY (the body each job carries).
 
 // Our concurrency = claim loops x deliveries in flight each; each loop claims up to 100 rows per query.
-const CLAIMERS = 5
+const CLAIMERS = Number(env("BENCH_CLAIMERS"))
 const tenant = TenantId.make("bench")
 const project = ProjectId.make("web")
 
