@@ -1,5 +1,5 @@
 import { Duration, Effect, Fiber } from "effect"
-import { type Decision, decide, record, type Recorded } from "./Delivery.ts"
+import { type Decision, decideAtOnce, record, type Recorded, retryAt, type RetryLater } from "./Delivery.ts"
 import type { ClaimedRow, DeliveryRepo } from "./DeliveryRepo.ts"
 import type { Settings } from "./OutboxConfig.ts"
 import type { SendOutcome } from "./Sender.ts"
@@ -36,14 +36,21 @@ export const makeRecorder = (
       if (pending.length === 0) return Effect.void
       const batch = pending
       pending = []
-      return Effect.gen(function*() {
-        // Stryker disable next-line ArrayDeclaration: a stray non-tuple entry matches no outcome kind in record, so it is never written
-        const decided: Array<readonly [ClaimedRow, Decision]> = []
-        for (const { decision, outcome, row } of batch) {
-          decided.push([row, decision ?? (yield* decide(outcome!, row, settings))])
-        }
-        count(yield* record(repo, decided))
-      }).pipe(
+      // Decided in a plain loop: only retries take a step of the runtime (for their due time). A generator that
+      // yielded once per row was compiled again and again by JavaScriptCore (about 20 times in a run of 20,000 jobs).
+      // Stryker disable next-line ArrayDeclaration: a stray non-tuple entry matches no outcome kind in record, so it is never written
+      const decided: Array<readonly [ClaimedRow, Decision]> = []
+      const retries: Array<readonly [ClaimedRow, RetryLater]> = []
+      for (const { decision, outcome, row } of batch) {
+        const now = decision ?? decideAtOnce(outcome!, row)
+        if (now._tag === "RetryLater") retries.push([row, now])
+        else decided.push([row, now])
+      }
+      const all = retries.length === 0 ? Effect.succeed(decided) : Effect.map(
+        Effect.forEach(retries, ([row, later]) => Effect.map(retryAt(later, row, settings), (d) => [row, d] as const)),
+        (timed) => [...decided, ...timed]
+      )
+      return Effect.flatMap(all, (entries) => Effect.map(record(repo, entries), count)).pipe(
         // Not written: kept for the next write. A write that did land but failed to answer is refused
         // by the fence the second time (counted as lost), never applied twice.
         Effect.tapError(() => Effect.sync(() => (pending = [...batch, ...pending])))
