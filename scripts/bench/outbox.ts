@@ -57,6 +57,9 @@ const CONCURRENCY = 10
 // outcome writes contend for the same pages: docs/controlplane-outbound.md, "Claim loops"). BENCH_OUTBOX_CLAIMERS
 // (a divisor of 10) sets another number.
 const CLAIMERS = Number(process.env.BENCH_OUTBOX_CLAIMERS ?? 2)
+if (!(Number.isInteger(CLAIMERS) && CLAIMERS > 0 && CONCURRENCY % CLAIMERS === 0)) {
+  throw new Error(`BENCH_OUTBOX_CLAIMERS must divide ${CONCURRENCY}: 1, 2, 5 or 10`)
+}
 
 const repoRoot = new URL("../../", import.meta.url).pathname
 // Extra flags for the bun that runs a queue, e.g. BENCH_WORKER_FLAGS="--cpu-prof-md --cpu-prof-dir=/tmp/prof";

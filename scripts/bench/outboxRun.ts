@@ -37,7 +37,7 @@ import { runGraphileWorker, runPgBoss } from "./outboxPeers.ts"
 // Progress goes to stderr.
 //
 // Environment: BENCH_CLUSTER_URL, BENCH_CLUSTER_PORT, BENCH_JOBS, BENCH_WARMUP (jobs per untimed run),
-// BENCH_WARMUP_RUNS, BENCH_CONCURRENCY; in http mode BENCH_RECEIVER (base URL) and BENCH_RECEIVER_PID; for the
+// BENCH_WARMUP_RUNS, BENCH_CONCURRENCY, BENCH_CLAIMERS (our claim loops, sharing the concurrency); in http mode BENCH_RECEIVER (base URL) and BENCH_RECEIVER_PID; for the
 // peers BENCH_BODY (the body each job carries).
 
 // Our concurrency = claim loops x deliveries in flight each; each loop claims up to 100 rows per query.
