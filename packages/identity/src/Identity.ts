@@ -86,15 +86,16 @@ export class Identity extends Effect.Service<Identity>()("@delivery/identity/Ide
     })
 
     // The secret is checked before anything else about the row, so a caller who only
-    // knows a lookup id learns nothing about the credential's state.
-    const admit = (row: ApiKeyRow | DeviceCredentialRow | SessionRow, secret: string) =>
-      Effect.gen(function* () {
-        if (!Token.matches(secret, row.secret_hash)) return yield* refuse("unknown")
-        if (row.revoked_at !== null) return yield* refuse("revoked")
-        const now = yield* Clock.currentTimeMillis
-        if (row.expires_at !== null && row.expires_at.getTime() <= now) return yield* refuse("expired")
-        if (!row.account_enabled) return yield* refuse("disabled")
+    // knows a lookup id learns nothing about the credential's state. Combinators rather than a generator: this runs
+    // on every authenticated request, and JavaScriptCore compiled its generator again 16-21 times in one inbox bench.
+    const admit = (row: ApiKeyRow | DeviceCredentialRow | SessionRow, secret: string): Effect.Effect<void, Unauthenticated> => {
+      if (!Token.matches(secret, row.secret_hash)) return refuse("unknown")
+      if (row.revoked_at !== null) return refuse("revoked")
+      return Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (row.expires_at !== null && row.expires_at.getTime() <= now) return refuse("expired")
+        return row.account_enabled ? Effect.void : refuse("disabled")
       })
+    }
 
     /**
      * Spec 000 step 1: the opaque credential becomes a closed VerifiedIdentity.
