@@ -31,6 +31,23 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
     mutate: modules("signer", ["Envelope", "EnvelopeSignature", "Signer", "KeyManagement", "Ed25519", "KeyList", "KeySource"]),
     tests: ["packages/signer"]
   },
+  identity: {
+    mutate: modules("identity", [
+      "Token",
+      "BearerHeader",
+      "ResetToken",
+      "KeyMaterial",
+      "Password",
+      "Identity",
+      "Peer",
+      "PeerLimit",
+      "SignInLimit",
+      "PasswordResets",
+      "AuthenticationLive",
+      "OperatorAuthenticationLive"
+    ]),
+    tests: ["packages/identity"]
+  },
   "envelope-inbox": {
     mutate: modules("envelope-inbox", ["EnvelopeInbox", "EnvelopeStages", "SyncLimiter", "InboxRetention", "InboxRepo", "RefusalAudit", "StreamRules"]),
     tests: ["packages/envelope-inbox"]
