@@ -22,6 +22,8 @@ import {
   IdentityHttpLive,
   OperatorAuthentication,
   OperatorAuthenticationLive,
+  OperatorCredential,
+  OperatorCredentialLive,
   OperatorIdentity,
   OperatorTokenConfig
 } from "../src/index.ts"
@@ -169,5 +171,25 @@ describe("OPERATOR_TOKEN", () => {
         expect(error.toString()).toContain("(value not shown)")
         if (value !== "") expect(JSON.stringify(error)).not.toContain(value)
       }
+    }))
+
+  it.effect("the credential itself: unset, every presented token is refused as operator-routes-disabled (fail closed); set, an empty token or one over 512 characters is malformed before any hash, a token of exactly 512 characters is compared, and only the configured one passes", () =>
+    Effect.gen(function* () {
+      const credentialWith = (env: Record<string, string>) =>
+        Effect.provide(OperatorCredential, OperatorCredentialLive.pipe(Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env)))))))
+      const off = yield* credentialWith({})
+      expect(off.enabled).toBe(false)
+      for (const presented of ["", TOKEN]) {
+        expect(yield* Effect.flip(off.verify(presented))).toMatchObject({ _tag: "OperatorAccessDisabled", reason: "operator-routes-disabled" })
+      }
+      const longest = "t".repeat(512)
+      const on = yield* credentialWith({ OPERATOR_TOKEN: longest })
+      expect(on.enabled).toBe(true)
+      expect(yield* on.verify(longest)).toEqual({ kind: "operator", via: "environment" })
+      const before = hashing.calls
+      expect(yield* Effect.flip(on.verify(""))).toMatchObject({ _tag: "Unauthenticated", reason: "malformed" })
+      expect(yield* Effect.flip(on.verify(`${longest}t`))).toMatchObject({ _tag: "Unauthenticated", reason: "malformed" })
+      expect(hashing.calls).toBe(before)
+      expect(yield* Effect.flip(on.verify("u".repeat(512)))).toMatchObject({ _tag: "Unauthenticated", reason: "unknown" })
     }))
 })
