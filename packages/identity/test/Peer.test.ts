@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { HttpServerRequest } from "@effect/platform"
 import { RateLimiter } from "@effect/experimental"
 import { ConfigProvider, Duration, Effect, Either, Layer } from "effect"
+import { refusalsCounted } from "./support/Metrics.ts"
 import { PeerLimit, peerLimitLayer, PeerLimitConfig, retryAfterSeconds } from "../src/index.ts"
 import { normalizeAddress, peerFrom, peerOf } from "../src/Peer.ts"
 import { consumeOrRefuse } from "../src/PeerLimit.ts"
@@ -10,6 +11,7 @@ const request = (remoteAddress: string | undefined, xff?: string) =>
   HttpServerRequest.fromWeb(
     new Request("http://localhost/api/whoami", { headers: xff === undefined ? {} : { "x-forwarded-for": xff } })
   ).modify(remoteAddress === undefined ? {} : { remoteAddress })
+
 
 describe("peer key", () => {
   it("the peer is the socket address unless TRUSTED_PROXY_HOPS is configured", () => {
@@ -102,14 +104,20 @@ describe("peer key", () => {
     Effect.gen(function* () {
       const asked: Array<{ readonly algorithm: string; readonly key: string; readonly limit: number | undefined }> = []
       let failing = false
+      let count = 1
       const answer = (algorithm: string) => (options: { readonly key: string; readonly limit: number | undefined }) => {
         asked.push({ algorithm, key: options.key, limit: options.limit })
-        return failing ? Effect.fail(new RateLimiter.RateLimitStoreError({ message: "store down" })) : Effect.succeed([1, 60_000] as const)
+        return failing ? Effect.fail(new RateLimiter.RateLimitStoreError({ message: "store down" })) : Effect.succeed([count, 60_000] as const)
       }
       const store = { fixedWindow: answer("fixed-window"), tokenBucket: answer("token-bucket") } as unknown as RateLimiter.RateLimiterStore["Type"]
       const peers = yield* Effect.provide(PeerLimit, peerLimitLayer.pipe(Layer.provide(Layer.succeed(RateLimiter.RateLimiterStore, store))))
       yield* peers.admit(request("10.0.0.1"))
       expect(asked).toEqual([{ algorithm: "fixed-window", key: "identity-peer:v4:10.0.0.1", limit: 1200 }])
+      // Past the limit: refused, and counted under its own label in `delivery_limiter_refusals_total`.
+      count = 1201
+      const counted = yield* refusalsCounted("identity-peer")
+      expect(yield* Effect.flip(peers.admit(request("10.0.0.1")))).toMatchObject({ _tag: "IdentityRateLimited" })
+      expect(yield* refusalsCounted("identity-peer")).toBe(counted + 1)
       failing = true
       expect(yield* Effect.flip(peers.admit(request("10.0.0.1")))).toMatchObject({
         _tag: "IdentityStorageUnavailable",
