@@ -48,6 +48,13 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
     ]),
     tests: ["packages/identity"]
   },
+  client: {
+    mutate: [
+      ...modules("client", ["Producer", "Verifier"]),
+      ...["KeyFile", "Failure", "Environment", "Arguments"].map((name) => `packages/client/src/cli/${name}.ts`)
+    ],
+    tests: ["packages/client"]
+  },
   "envelope-inbox": {
     mutate: modules("envelope-inbox", ["EnvelopeInbox", "EnvelopeStages", "SyncLimiter", "InboxRetention", "InboxRepo", "RefusalAudit", "StreamRules"]),
     tests: ["packages/envelope-inbox"]
