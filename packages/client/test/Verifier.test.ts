@@ -3,10 +3,10 @@ import { FetchHttpClient } from "@effect/platform"
 import { KeyId, ProjectId, RawPublicKey } from "@delivery/signer"
 import { LoopbackProvider, type RecordedRequest, startBackend } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { Clock, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { randomBytes, sign } from "node:crypto"
 import { type DeliveryRequest, makeClient, makeVerifier, operatorKeys, staticKeys, type TrustedKey } from "../src/index.ts"
-import { keyPair, provisionTenant } from "./support/World.ts"
+import { keyPair, provisionTenant, stoppedClock } from "./support/World.ts"
 
 // The receiver verifier against real deliveries of a real backend process (docs/controlplane-outbound.md,
 // "Verifying a delivery"): webhook signature, timestamp tolerance, envelope signature, key states.
@@ -17,16 +17,6 @@ const asRequest = (delivery: RecordedRequest, body = delivery.bodyText): Deliver
 
 const reasonOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.map(Effect.flip(effect), (error: any) => error?.reason ?? error?._tag)
-
-/** A clock that reads `millis` whenever asked. */
-const stoppedClock = (millis: number): Clock.Clock => ({
-  [Clock.ClockTypeId]: Clock.ClockTypeId,
-  unsafeCurrentTimeMillis: () => millis,
-  currentTimeMillis: Effect.succeed(millis),
-  unsafeCurrentTimeNanos: () => BigInt(millis) * 1_000_000n,
-  currentTimeNanos: Effect.succeed(BigInt(millis) * 1_000_000n),
-  sleep: () => Effect.void
-})
 
 const SuiteLayer = Layer.mergeAll(LoopbackProvider.Default, FetchHttpClient.layer).pipe(Layer.provideMerge(TestDatabaseLive))
 

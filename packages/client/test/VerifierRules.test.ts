@@ -1,25 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
 import { WebhookSignature } from "@delivery/outbox"
 import { decodeUnsignedEnvelope, signEnvelope } from "@delivery/signer"
-import { Clock, Effect, Either } from "effect"
+import { Effect, Either } from "effect"
 import { randomUUID, sign } from "node:crypto"
 import { type DeliveryRequest, makeVerifier, staticKeys, type TrustedKey } from "../src/index.ts"
-import { keyPair } from "./support/World.ts"
+import { keyPair, stoppedClock } from "./support/World.ts"
 
 // The receiver's checks one by one, on deliveries signed here the way the outbox signs them (Standard Webhooks `v1a`
 // over `${webhook-id}.${webhook-timestamp}.${body}`, and the envelope's own Ed25519 signature): docs/controlplane-outbound.md,
 // "Verifying a delivery". Verifier.test.ts checks the same against a real backend's deliveries.
 
 const NOW = 1_796_000_000_000
-const atNow = <A, E, R>(effect: Effect.Effect<A, E, R>, millis = NOW) =>
-  Effect.withClock(effect, {
-    [Clock.ClockTypeId]: Clock.ClockTypeId,
-    unsafeCurrentTimeMillis: () => millis,
-    currentTimeMillis: Effect.succeed(millis),
-    unsafeCurrentTimeNanos: () => BigInt(millis) * 1_000_000n,
-    currentTimeNanos: Effect.succeed(BigInt(millis) * 1_000_000n),
-    sleep: () => Effect.void
-  })
+const atNow = <A, E, R>(effect: Effect.Effect<A, E, R>, millis = NOW) => Effect.withClock(effect, stoppedClock(millis))
 
 const key = keyPair()
 const tenant = "acme"

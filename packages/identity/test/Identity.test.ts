@@ -1,7 +1,7 @@
 import { expect, layer } from "@effect/vitest"
 import { PgClient } from "@effect/sql-pg"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { Deferred, Duration, Effect, Either, Exit, Fiber, Layer, Redacted, Schedule, Schema, TestClock, TestContext } from "effect"
+import { Deferred, Duration, Effect, Either, Fiber, Layer, Redacted, Schedule, Schema, TestClock, TestContext } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import {
   ApiKeyName,
@@ -15,6 +15,7 @@ import {
   VerifiedIdentity
 } from "../src/index.ts"
 import { CountingSqlLive, SqlCounter, UnreachableSqlLive } from "@delivery/testing"
+import { refusal } from "./support/Refusal.ts"
 
 const TestLayer = Identity.Default.pipe(Layer.provideMerge(CountingSqlLive), Layer.provideMerge(TestDatabaseLive))
 
@@ -40,10 +41,6 @@ const fixture = Effect.gen(function* () {
     identity.issueDeviceCredential({ tenant, account, device: DeviceId.make("dev-1"), expiresIn })
   return { identity, tenant, email, account, key, device }
 })
-
-const refusal = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.map(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && exit.cause._tag === "Fail" ? exit.cause.error : Exit.isSuccess(exit) ? "succeeded" : "died")
 
 const reasonOf = (reason: UnauthenticatedReason) => expect.objectContaining({ _tag: "Unauthenticated", reason })
 

@@ -1,8 +1,9 @@
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
-import { ConfigProvider, Effect, Exit, Layer, Option, Redacted, Schema, TestClock, TestContext } from "effect"
+import { ConfigProvider, Effect, Layer, Option, Redacted, Schema, TestClock, TestContext } from "effect"
 import { refusalsCounted } from "./support/Metrics.ts"
+import { refusalReason, refusalTag } from "./support/Refusal.ts"
 import { CountingSqlLive, SqlCounter } from "@delivery/testing"
 import { randomBytes } from "node:crypto"
 import {
@@ -11,8 +12,7 @@ import {
   PasswordResets,
   SignInLimit,
   SignInLimitLive,
-  TenantId,
-  type UnauthenticatedReason
+  TenantId
 } from "../src/index.ts"
 
 // Password-reset verifications (spec 002's canonical verification, owned by identity) and the sign-in limit per
@@ -49,14 +49,6 @@ const fixture = Effect.gen(function* () {
     })
   return { identity, resets, tenant, email, account, begin, tokenOf }
 })
-
-const tagOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.map(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && exit.cause._tag === "Fail" ? (exit.cause.error as { _tag: string })._tag : exit._tag)
-
-const reasonOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.map(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && exit.cause._tag === "Fail" ? (exit.cause.error as { reason?: UnauthenticatedReason }).reason : exit._tag)
 
 layer(TestLayer, { excludeTestServices: true })("password resets and the sign-in limit", (it) => {
   it.effect("begin: an enabled account's address gets a verification that expires after PASSWORD_RESET_TTL (30 minutes here); an unknown or disabled address gets none", () =>
@@ -111,37 +103,37 @@ layer(TestLayer, { excludeTestServices: true })("password resets and the sign-in
       const applied = cid()
 
       // The password is checked before the token is looked at; a malformed or unknown token changes nothing.
-      expect(yield* tagOf(resets.complete({ token, password: Redacted.make("short"), correlationId: cid() }))).toBe("PasswordRejected")
+      expect(yield* refusalTag(resets.complete({ token, password: Redacted.make("short"), correlationId: cid() }))).toBe("PasswordRejected")
       const counter = yield* SqlCounter
       const before = yield* counter.count
-      expect(yield* tagOf(resets.complete({ token: Redacted.make("nope"), password: newPassword, correlationId: cid() }))).toBe("ResetInvalid")
+      expect(yield* refusalTag(resets.complete({ token: Redacted.make("nope"), password: newPassword, correlationId: cid() }))).toBe("ResetInvalid")
       // A token that is not one costs no statement (and no password hash).
       expect(yield* counter.count).toBe(before)
       const unknown = Redacted.make(`reset_${randomBytes(32).toString("base64url")}`)
-      expect(yield* tagOf(resets.complete({ token: unknown, password: newPassword, correlationId: cid() }))).toBe("ResetInvalid")
+      expect(yield* refusalTag(resets.complete({ token: unknown, password: newPassword, correlationId: cid() }))).toBe("ResetInvalid")
       expect(yield* identity.verifyPassword({ tenant, email, password })).toEqual({ tenant, account })
 
       expect(yield* resets.complete({ token, password: newPassword, correlationId: applied })).toEqual({ tenant, account })
       expect(yield* identity.verifyPassword({ tenant, email, password: newPassword })).toEqual({ tenant, account })
-      expect(yield* reasonOf(identity.verifyPassword({ tenant, email, password }))).toBe("unknown")
+      expect(yield* refusalReason(identity.verifyPassword({ tenant, email, password }))).toBe("unknown")
       expect(yield* resets.mailContext(second.verificationId)).toEqual({ _tag: "Consumed" })
-      expect(yield* reasonOf(identity.authenticate(session.token))).toBe("revoked")
+      expect(yield* refusalReason(identity.authenticate(session.token))).toBe("revoked")
       const audit = yield* sql<{ outcome: string; actor: string; correlation_id: string }>`
         SELECT outcome, actor, correlation_id FROM identity_audit WHERE tenant = ${tenant} AND action = 'password-reset'`
       expect(audit).toEqual([{ outcome: "applied", actor: "account:reset-token", correlation_id: applied }])
 
       // Used once, the token is spent.
-      expect(yield* tagOf(resets.complete({ token, password: password, correlationId: cid() }))).toBe("ResetInvalid")
+      expect(yield* refusalTag(resets.complete({ token, password: password, correlationId: cid() }))).toBe("ResetInvalid")
 
       // Expired, or for a disabled account: refused, and the password stays.
       const late = yield* begin
       const lateToken = yield* tokenOf(late.verificationId)
       yield* TestClock.adjust("30 minutes")
-      expect(yield* tagOf(resets.complete({ token: lateToken, password, correlationId: cid() }))).toBe("ResetInvalid")
+      expect(yield* refusalTag(resets.complete({ token: lateToken, password, correlationId: cid() }))).toBe("ResetInvalid")
       const off = yield* begin
       const offToken = yield* tokenOf(off.verificationId)
       yield* identity.setAccountEnabled(tenant, account, false)
-      expect(yield* tagOf(resets.complete({ token: offToken, password, correlationId: cid() }))).toBe("ResetInvalid")
+      expect(yield* refusalTag(resets.complete({ token: offToken, password, correlationId: cid() }))).toBe("ResetInvalid")
       yield* identity.setAccountEnabled(tenant, account, true)
       expect(yield* identity.verifyPassword({ tenant, email, password: newPassword })).toEqual({ tenant, account })
       expect((yield* sql<{ n: number }>`
@@ -153,10 +145,10 @@ layer(TestLayer, { excludeTestServices: true })("password resets and the sign-in
       const { tenant, email } = yield* fixture
       const off = yield* Effect.provide(PasswordResets, resetsWith({}))
       expect(off.enabled).toBe(false)
-      expect(yield* tagOf(off.begin({ tenant, email }))).toBe("PasswordResetUnavailable")
-      expect(yield* tagOf(off.mailContext("0b7f6a52-4a43-4d8e-9a57-0d1c2e3f4a5b"))).toBe("PasswordResetUnavailable")
+      expect(yield* refusalTag(off.begin({ tenant, email }))).toBe("PasswordResetUnavailable")
+      expect(yield* refusalTag(off.mailContext("0b7f6a52-4a43-4d8e-9a57-0d1c2e3f4a5b"))).toBe("PasswordResetUnavailable")
       const token = Redacted.make(`reset_${randomBytes(32).toString("base64url")}`)
-      expect(yield* tagOf(off.complete({ token, password: newPassword, correlationId: cid() }))).toBe("PasswordResetUnavailable")
+      expect(yield* refusalTag(off.complete({ token, password: newPassword, correlationId: cid() }))).toBe("PasswordResetUnavailable")
     }))
 
   it.effect("sign-in attempts per address of a tenant are limited by IDENTITY_SIGNIN_LIMIT per IDENTITY_SIGNIN_WINDOW from every peer together; another address or tenant has its own budget", () =>

@@ -13,11 +13,11 @@ import {
   Identity,
   Permission,
   TenantId,
-  type UnauthenticatedReason,
   type VerifiedIdentity
 } from "../src/index.ts"
 import { passwordMaxLength } from "../src/Password.ts"
 import { CountingSqlLive, SqlCounter } from "@delivery/testing"
+import { refusalReason } from "./support/Refusal.ts"
 
 // Sign-in sessions and the reads idle wake makes of identity, on a database of this file's own, with a session
 // lifetime that is not the default (IDENTITY_SESSION_TTL is read when the service is built).
@@ -40,10 +40,6 @@ const fixture = (secret: Redacted.Redacted<string> = password) =>
     return { identity, tenant, email, account }
   })
 
-const reasonOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.map(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && exit.cause._tag === "Fail" ? (exit.cause.error as { reason?: UnauthenticatedReason }).reason : exit._tag)
-
 layer(TestLayer, { excludeTestServices: true })("Identity sign-in and idle wake's reads", (it) => {
   it.effect("sign-in gives a session token that authenticates as the account's Session until IDENTITY_SESSION_TTL (2 minutes here) has passed, then is refused expired; an unknown session is unknown", () =>
     Effect.gen(function* () {
@@ -56,11 +52,11 @@ layer(TestLayer, { excludeTestServices: true })("Identity sign-in and idle wake'
       yield* TestClock.adjust("119 seconds")
       expect(yield* identity.authenticate(session.token)).toEqual({ _tag: "Session", tenant, account })
       yield* TestClock.adjust("1 second")
-      expect(yield* reasonOf(identity.authenticate(session.token))).toBe("expired")
+      expect(yield* refusalReason(identity.authenticate(session.token))).toBe("expired")
       const unknown = `session_${randomBytes(12).toString("hex")}_${randomBytes(32).toString("base64url")}`
-      expect(yield* reasonOf(identity.authenticate(Redacted.make(unknown)))).toBe("unknown")
+      expect(yield* refusalReason(identity.authenticate(Redacted.make(unknown)))).toBe("unknown")
       // A wrong password signs nobody in.
-      expect(yield* reasonOf(identity.signIn({ tenant, email, password: Redacted.make("not the password at all") }))).toBe("unknown")
+      expect(yield* refusalReason(identity.signIn({ tenant, email, password: Redacted.make("not the password at all") }))).toBe("unknown")
     }).pipe(Effect.provide(TestContext.TestContext)))
 
   it.effect("a password is checked within its bounds: empty is missing and one over 1,024 characters is unknown, both without a query or a hash; a password of exactly 1,024 characters signs in", () =>
@@ -70,9 +66,9 @@ layer(TestLayer, { excludeTestServices: true })("Identity sign-in and idle wake'
       expect(yield* identity.verifyPassword({ tenant, email, password: longest })).toEqual({ tenant, account })
       const counter = yield* SqlCounter
       const before = yield* counter.count
-      expect(yield* reasonOf(identity.verifyPassword({ tenant, email, password: Redacted.make("") }))).toBe("missing")
+      expect(yield* refusalReason(identity.verifyPassword({ tenant, email, password: Redacted.make("") }))).toBe("missing")
       const tooLong = Redacted.make("p".repeat(passwordMaxLength + 1))
-      expect(yield* reasonOf(identity.verifyPassword({ tenant, email, password: tooLong }))).toBe("unknown")
+      expect(yield* refusalReason(identity.verifyPassword({ tenant, email, password: tooLong }))).toBe("unknown")
       expect(yield* counter.count).toBe(before)
     }))
 

@@ -1,7 +1,7 @@
 import { AccountId, ApiKeyName, DeviceId, Email, Permission, TenantId } from "@delivery/identity"
 import { KeyId, RawPublicKey } from "@delivery/signer"
 import { OPERATOR_TOKEN } from "@delivery/testing"
-import { Effect, Redacted, Schema } from "effect"
+import { Clock, Effect, Redacted, Schema } from "effect"
 import { createPrivateKey, createPublicKey, randomBytes } from "node:crypto"
 import { makeFetchClient } from "../../src/index.ts"
 
@@ -44,3 +44,13 @@ export const provisionTenant = (baseUrl: string, tenantName: string, key = keyPa
     yield* operator.signer.register({ path: { tenant }, payload: { keyId: KeyId.make("k1"), publicKey: RawPublicKey.make(key.publicKey) } })
     return { operator, tenant, account, device, apiKey, key }
   })
+
+/** A clock that reads `millis` whenever asked: a check made at that moment. */
+export const stoppedClock = (millis: number): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => millis,
+  currentTimeMillis: Effect.succeed(millis),
+  unsafeCurrentTimeNanos: () => BigInt(millis) * 1_000_000n,
+  currentTimeNanos: Effect.succeed(BigInt(millis) * 1_000_000n),
+  sleep: () => Effect.void
+})
