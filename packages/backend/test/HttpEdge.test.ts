@@ -4,7 +4,8 @@ import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Effect } from "effect"
 import { generateKeyPairSync } from "node:crypto"
 import { annotation, logEntries, OPERATOR_TOKEN, startBackend, tenantWithCredentials } from "./support/Backend.ts"
-import { call, rawExchange } from "./support/Http.ts"
+import { rawExchange } from "@delivery/testing"
+import { call } from "./support/Http.ts"
 
 const ID = /^[0-9a-f]{32}$/
 const operator = { token: OPERATOR_TOKEN }

@@ -6,10 +6,10 @@ import { TestDatabase } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { Deferred, Effect, Fiber, Redacted, Schedule } from "effect"
 import { connect } from "node:net"
-import { freePort, get, probePort, spawnBun } from "@delivery/testing"
+import { freePort, get, parseRaw, probePort, rawExchange, spawnBun } from "@delivery/testing"
 import { fixturePath } from "./support/Fixtures.ts"
 import { annotation, logEntries, startBackend } from "./support/Backend.ts"
-import { keepAliveClient, type LoadOutcome, parseRaw, rawExchange } from "./support/Http.ts"
+import { keepAliveClient, type LoadOutcome } from "./support/Http.ts"
 
 const backendWithWorker = fixturePath("backend-with-worker.ts")
 

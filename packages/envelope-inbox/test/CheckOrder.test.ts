@@ -2,9 +2,8 @@ import { expect, layer } from "@effect/vitest"
 import { HttpBody, HttpServer } from "@effect/platform"
 import { Effect, Redacted, Stream } from "effect"
 import { generateKeyPairSync, randomBytes } from "node:crypto"
-import { connect } from "node:net"
 import { vi } from "vitest"
-import { SqlCounter } from "@delivery/testing"
+import { rawExchange, SqlCounter } from "@delivery/testing"
 import { auditOf, counts, generousEnv, KeyLookups, post, producer, secondDevice, SuiteLive } from "./support/Harness.ts"
 import { envelopeJson, signJson } from "./support/Signing.ts"
 
@@ -199,24 +198,15 @@ layer(SuiteLive({ ...generousEnv, INBOX_MAX_ENVELOPE_BYTES: "2048" }), { exclude
       const port = address._tag === "TcpAddress" ? address.port : 0
       const counter = yield* SqlCounter
       const before = (yield* counter.statements).length
-      // Only the head goes out: a reader that waited for the declared 4,096 bytes would never answer.
-      const head = yield* Effect.async<string, Error>((resume) => {
-        let received = ""
-        const socket = connect({ host: "127.0.0.1", port }, () => {
-          socket.write(
-            `POST /controlplane/v1/envelopes HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${Redacted.value(p.token)}\r\n` +
-              "Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
-          )
-        })
-        socket.on("data", (chunk) => {
-          received += chunk.toString("latin1")
-          if (received.includes("\r\n\r\n") && received.includes("}")) resume(Effect.succeed(received))
-        })
-        socket.on("error", (error) => resume(Effect.fail(error)))
-        return Effect.sync(() => socket.destroy())
-      }).pipe(Effect.timeoutFail({ duration: "5 seconds", onTimeout: () => new Error("no answer while the declared body was not sent") }))
-      expect(head.split("\r\n")[0]).toBe("HTTP/1.1 413 Payload Too Large")
-      expect(JSON.parse(head.slice(head.indexOf("\r\n\r\n") + 4))).toMatchObject({ reason: "body-too-large", limit: 2048 })
+      // Only the head goes out: a reader that waited for the declared 4,096 bytes would never answer within the wait.
+      const answer = yield* rawExchange(
+        port,
+        `POST /controlplane/v1/envelopes HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer ${Redacted.value(p.token)}\r\n` +
+          "Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n",
+        5_000
+      )
+      expect(answer.raw.split("\r\n")[0]).toBe("HTTP/1.1 413 Payload Too Large")
+      expect(JSON.parse(answer.body)).toMatchObject({ reason: "body-too-large", limit: 2048 })
       expect((yield* counter.statements).slice(before)).toHaveLength(0)
     }))
 })
