@@ -340,8 +340,9 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt effects worker (spec 0
       yield* backdateClaim(notify.id, 61)
       expect(failureOf(yield* runLoop(ex))).toMatchObject({ _tag: "InvalidDurableEnvelope", effect: notify.id })
       expect((yield* provider.requests).length).toBe(1)
-      // A fingerprint that does not match is as invalid as a body that does not.
-      yield* sql`UPDATE receipt_effects SET state = 'pending', next_attempt_at = now(),
+      // A fingerprint that does not match is as invalid as a body that does not. Due a second ago: the claim compares
+      // with the process's clock in whole milliseconds, and now() within the same millisecond would still lie ahead.
+      yield* sql`UPDATE receipt_effects SET state = 'pending', next_attempt_at = now() - interval '1 second',
                  envelope = replace(envelope, 'mallory@evil.example', 'paula@payer.example'), envelope_sha256 = ${sha256("other")}
                  WHERE id = ${notify.id}`
       expect(failureOf(yield* Effect.exit(tick(ex)))).toMatchObject({ _tag: "InvalidDurableEnvelope", effect: notify.id })
