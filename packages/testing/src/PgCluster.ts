@@ -32,13 +32,29 @@ const findBinDir = (): string => {
 const asServerUser = (command: string, args: ReadonlyArray<string>): [string, Array<string>] =>
   process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", command, ...args]] : [command, [...args]]
 
-export const freePort = Effect.async<number>((resume) => {
-  const server = createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    const port = typeof address === "object" && address !== null ? address.port : 0
-    server.close(() => resume(Effect.succeed(port)))
+/** Whether `port` can be listened on right now (127.0.0.1), or the port the system chose for 0. */
+const bindable = (port: number) =>
+  Effect.async<number | undefined>((resume) => {
+    const server = createServer()
+    server.once("error", () => resume(Effect.succeed(undefined)))
+    server.listen(port, "127.0.0.1", () => {
+      const address = server.address()
+      const bound = typeof address === "object" && address !== null ? address.port : undefined
+      server.close(() => resume(Effect.succeed(bound)))
+    })
   })
+
+// Below the ephemeral ranges (Linux 32768-60999, macOS 49152-65535): a port the system hands out for listen(0) is
+// also handed to outgoing connections, and the many database connections of parallel tests took one between its
+// check and the server's own bind ("Is port … in use?").
+const UNASSIGNED_FROM = 20_000
+const UNASSIGNED_TO = 32_000
+
+/** A port free on 127.0.0.1 for a server a test starts next: one outside the ephemeral range when one is found. */
+export const freePort: Effect.Effect<number> = Effect.suspend(function loop(tries = 0): Effect.Effect<number> {
+  if (tries >= 50) return Effect.map(bindable(0), (port) => port ?? 0)
+  const candidate = UNASSIGNED_FROM + Math.floor(Math.random() * (UNASSIGNED_TO - UNASSIGNED_FROM))
+  return Effect.flatMap(bindable(candidate), (port) => (port === undefined ? loop(tries + 1) : Effect.succeed(port)))
 })
 
 export interface ClusterOptions {
