@@ -12,13 +12,21 @@ export interface ClientOptions {
   readonly token?: Redacted.Redacted<string> | undefined
 }
 
+/** What the producer reads of an answer besides its body. */
+export interface AnswerHead {
+  readonly status: number
+  readonly retryAfter: Option.Option<string>
+}
+
 /**
- * The `Retry-After` header of the last answer this fiber received. HttpApiClient decodes a refusal from its
- * body alone; the producer also needs this header, so every answer leaves it here on its way through.
+ * The status and `Retry-After` header of the last answer this fiber received. HttpApiClient decodes an
+ * answer from its body alone, and an answer whose body is not the API's (a gateway's 502, 503 or 504 page)
+ * becomes a decoding error without its status; the producer needs both, so every answer leaves them here on
+ * its way through.
  */
-export const lastRetryAfter = globalValue(
-  Symbol.for("@delivery/client/Client/lastRetryAfter"),
-  () => FiberRef.unsafeMake<Option.Option<string>>(Option.none())
+export const lastAnswer = globalValue(
+  Symbol.for("@delivery/client/Client/lastAnswer"),
+  () => FiberRef.unsafeMake<Option.Option<AnswerHead>>(Option.none())
 )
 
 /**
@@ -34,7 +42,8 @@ export const makeClient = (options: ClientOptions) =>
       client.pipe(
         HttpClient.mapRequest((request) =>
           options.token === undefined ? request : HttpClientRequest.bearerToken(request, Redacted.value(options.token))),
-        HttpClient.tap((response) => FiberRef.set(lastRetryAfter, Option.fromNullable(response.headers["retry-after"])))
+        HttpClient.tap((response) =>
+          FiberRef.set(lastAnswer, Option.some({ status: response.status, retryAfter: Option.fromNullable(response.headers["retry-after"]) })))
       )
   })
 

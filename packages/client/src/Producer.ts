@@ -11,7 +11,7 @@ import {
 } from "@delivery/signer"
 import { Duration, Effect, FiberRef, Option, Redacted, Schema } from "effect"
 import { type KeyObject, randomBytes } from "node:crypto"
-import { type ClientOptions, lastRetryAfter, makeClient } from "./Client.ts"
+import { type AnswerHead, type ClientOptions, lastAnswer, makeClient } from "./Client.ts"
 
 /** The signing key of the producer's tenant: its id (registered with the operator route) and private key. */
 export interface ProducerKey {
@@ -62,33 +62,24 @@ export interface Sent {
 }
 
 /**
- * The backend stayed unavailable (429, 503 or no connection) for every attempt. The envelope may still have
- * been committed by one of them: sending the same envelope again is always safe (a duplicate is success).
+ * The backend stayed unavailable (429, 502, 503, 504 or no connection) for every attempt. The envelope may
+ * still have been committed by one of them: sending the same envelope again is always safe (a duplicate is
+ * success).
  */
 export class ProducerGaveUp extends Schema.TaggedError<ProducerGaveUp>()("ProducerGaveUp", {
   attempts: Schema.Number,
-  /** The `_tag` of the last answer or transport failure. */
-  last: Schema.String
+  /** The `_tag` of the last answer's error or of the transport failure. */
+  last: Schema.String,
+  /** The last answer's status; absent when the last attempt got no answer. */
+  status: Schema.optional(Schema.Number)
 }) {}
 
-/** Refusals that mean "not now": the same envelope is sent again after a wait. */
-const RETRIED = new Set([
-  "SyncRateLimited",
-  "IdentityRateLimited",
-  "InboxStorageUnavailable",
-  "IdentityStorageUnavailable",
-  "ShuttingDown",
-  "RequestError"
-])
-
-const tagOf = (error: unknown): string =>
-  typeof error === "object" && error !== null && "_tag" in error ? String(error._tag) : "unknown"
-
-/** The body's own `retryAfter` (milliseconds) of the rate-limit refusals, when there is one. */
-const bodyRetryAfter = (error: unknown): Option.Option<number> =>
-  typeof error === "object" && error !== null && "retryAfter" in error && typeof error.retryAfter === "number"
-    ? Option.some(error.retryAfter)
-    : Option.none()
+/**
+ * Answers that mean "not now", whatever their body: the backend's own 429 (sync limiter, peer limit) and 503
+ * (storage unavailable, shutting down), and the 502, 503 or 504 page of a gateway in front of it while the
+ * backend restarts. A 500 is a defect, surfaced with its correlation id rather than sent again.
+ */
+const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504])
 
 const newEventId = () => randomBytes(16).toString("base64url")
 
@@ -114,7 +105,8 @@ export const envelopeOf = (event: EventToSend, keyId: string): Effect.Effect<Uns
  * credential, and
  *
  * - treats `201 accepted` and `200 duplicate` alike as success (a resend after a lost answer is a duplicate);
- * - waits and sends the same envelope again after 429 and 503 and when the connection fails: at least as long
+ * - waits and sends the same envelope again after 429, 502, 503 and 504 (whatever the body) and when the
+ *   connection fails: at least as long
  *   as `Retry-After` (or the body's `retryAfter`) says, at least the capped, jittered exponential backoff,
  *   never longer than the cap; `ProducerGaveUp` after `maxAttempts`;
  * - surfaces every other refusal as the server's typed error with its stable `reason` (`EnvelopeForbidden`,
@@ -127,12 +119,13 @@ export const makeProducer = (options: ProducerOptions) =>
     const backoff = Backoff.make({ base: options.retry?.base ?? "200 millis", cap: options.retry?.cap ?? "30 seconds", jitter: 0.5 })
     const capMillis = Duration.toMillis(backoff.cap)
 
-    const waitBefore = (attempt: number, error: unknown) =>
+    /** `bodySays`: the rate-limit refusals' own `retryAfter` (milliseconds), read when the header is absent or unusable. */
+    const waitBefore = (attempt: number, answer: Option.Option<AnswerHead>, bodySays: Option.Option<number>) =>
       Effect.gen(function* () {
-        const header = yield* FiberRef.get(lastRetryAfter)
+        const header = Option.getOrNull(Option.flatMap(answer, (head) => head.retryAfter))
         const told = Option.orElse(
-          Option.flatMap(yield* Backoff.retryAfterWithin(Option.getOrNull(header), { min: 0, max: backoff.cap }), (d) => Option.some(Duration.toMillis(d))),
-          () => bodyRetryAfter(error)
+          Option.map(yield* Backoff.retryAfterWithin(header, { min: 0, max: backoff.cap }), Duration.toMillis),
+          () => bodySays
         )
         const own = Duration.toMillis(yield* Backoff.delayFor(backoff, attempt))
         return Duration.millis(Math.min(capMillis, Math.max(own, Option.getOrElse(told, () => 0))))
@@ -145,7 +138,7 @@ export const makeProducer = (options: ProducerOptions) =>
     const sendSigned = (envelope: Envelope) =>
       Effect.gen(function* () {
         for (let attempt = 1; ; attempt++) {
-          yield* FiberRef.set(lastRetryAfter, Option.none())
+          yield* FiberRef.set(lastAnswer, Option.none())
           const answer = yield* Effect.either(client.controlplane.ingest({ payload: envelope }))
           if (answer._tag === "Right") {
             const ack = answer.right
@@ -159,10 +152,20 @@ export const makeProducer = (options: ProducerOptions) =>
               envelope
             } satisfies Sent
           }
-          const tag = tagOf(answer.left)
-          if (!RETRIED.has(tag)) return yield* Effect.fail(answer.left)
-          if (attempt >= maxAttempts) return yield* new ProducerGaveUp({ attempts: attempt, last: tag })
-          yield* Effect.sleep(yield* waitBefore(attempt, answer.left))
+          const failure = answer.left
+          const head = yield* FiberRef.get(lastAnswer)
+          // Without any answer only a transport failure is "not now": a request that could not even be built
+          // (a payload the schema cannot encode) was never sent, and sending it again cannot help.
+          const notNow = Option.match(head, {
+            onNone: () => failure._tag === "RequestError",
+            onSome: ({ status }) => RETRIED_STATUSES.has(status)
+          })
+          if (!notNow) return yield* Effect.fail(failure)
+          if (attempt >= maxAttempts) {
+            const gaveUp = { attempts: attempt, last: failure._tag }
+            return yield* new ProducerGaveUp(Option.isSome(head) ? { ...gaveUp, status: head.value.status } : gaveUp)
+          }
+          yield* Effect.sleep(yield* waitBefore(attempt, head, "retryAfter" in failure ? Option.some(failure.retryAfter) : Option.none()))
         }
       })
 

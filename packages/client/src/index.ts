@@ -1,4 +1,4 @@
-export { type ClientOptions, type DeliveryClient, lastRetryAfter, makeClient, makeFetchClient } from "./Client.ts"
+export { type AnswerHead, type ClientOptions, type DeliveryClient, lastAnswer, makeClient, makeFetchClient } from "./Client.ts"
 export {
   envelopeOf,
   type EventToSend,

@@ -41,6 +41,11 @@ const field = (error: unknown, name: string): string | undefined =>
     ? (error as Record<string, string>)[name]
     : undefined
 
+const numberField = (error: unknown, name: string): number | undefined =>
+  typeof error === "object" && error !== null && name in error && typeof (error as Record<string, unknown>)[name] === "number"
+    ? (error as Record<string, number>)[name]
+    : undefined
+
 const known = new Set(["_tag", "reason", "correlationId", "message", "name", "stack", "cause"])
 
 const detailsOf = (error: unknown): Record<string, string | number | boolean> | undefined => {
@@ -82,7 +87,12 @@ export const classify = (error: unknown, correlationId?: string): Failure => {
   }
   switch (tag) {
     case "ProducerGaveUp":
-      return failure("unavailable", tag, { reason: field(error, "last"), correlationId, message: "the backend stayed unavailable for every attempt" })
+      return failure("unavailable", tag, {
+        reason: field(error, "last"),
+        status: numberField(error, "status"),
+        correlationId,
+        message: "the backend stayed unavailable for every attempt"
+      })
     case "RequestError":
       return failure("unavailable", tag, { reason: field(error, "reason"), message: field(error, "description") ?? "no answer from DELIVERY_URL" })
     case "ResponseError": {
