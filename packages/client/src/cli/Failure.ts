@@ -1,5 +1,6 @@
 import { HelpDoc, ValidationError } from "@effect/cli"
 import { Cause, Console, Data, Effect, FiberRef, Option } from "effect"
+import type { ProducerGaveUp } from "../Producer.ts"
 import { JsonOutput } from "./Output.ts"
 import { statusOf } from "./Statuses.ts"
 import { lastCorrelationId } from "./Transport.ts"
@@ -22,6 +23,7 @@ const codeOf: Record<Kind, ExitCode> = { usage: 2, refused: 3, unavailable: 4, u
 export class UsageError extends Data.TaggedError("UsageError")<{ readonly message: string }> {}
 
 /** Already written to stderr (each refused event of `envelopes send`): only the exit code is left to give. */
+// Stryker disable next-line StringLiteral: settle tells it apart by its class, never by this tag
 export class Reported extends Data.TaggedError("Reported")<{ readonly exitCode: ExitCode }> {}
 
 export interface Failure {
@@ -41,15 +43,9 @@ const field = (error: unknown, name: string): string | undefined =>
     ? (error as Record<string, string>)[name]
     : undefined
 
-const numberField = (error: unknown, name: string): number | undefined =>
-  typeof error === "object" && error !== null && name in error && typeof (error as Record<string, unknown>)[name] === "number"
-    ? (error as Record<string, number>)[name]
-    : undefined
-
 const known = new Set(["_tag", "reason", "correlationId", "message", "name", "stack", "cause"])
 
-const detailsOf = (error: unknown): Record<string, string | number | boolean> | undefined => {
-  if (typeof error !== "object" || error === null) return undefined
+const detailsOf = (error: object): Record<string, string | number | boolean> | undefined => {
   const entries = Object.entries(error).filter(([key, value]) =>
     !known.has(key) && (typeof value === "string" || typeof value === "number" || typeof value === "boolean"))
   return entries.length === 0 ? undefined : Object.fromEntries(entries)
@@ -81,7 +77,8 @@ export const classify = (error: unknown, correlationId?: string): Failure => {
       reason: field(error, "reason"),
       status: status.value,
       correlationId: field(error, "correlationId") ?? correlationId,
-      details: detailsOf(error)
+      // A declared `_tag` was read from it, so it is an object.
+      details: detailsOf(error as object)
     }
     return failure(status.value === 429 || status.value >= 500 ? "unavailable" : "refused", tag, details)
   }
@@ -89,7 +86,7 @@ export const classify = (error: unknown, correlationId?: string): Failure => {
     case "ProducerGaveUp":
       return failure("unavailable", tag, {
         reason: field(error, "last"),
-        status: numberField(error, "status"),
+        status: (error as Partial<ProducerGaveUp>).status,
         correlationId,
         message: "the backend stayed unavailable for every attempt"
       })
@@ -98,7 +95,7 @@ export const classify = (error: unknown, correlationId?: string): Failure => {
     case "ResponseError": {
       // An answer the API does not declare: a proxy's 502/503/504 page is unavailability, anything else a surprise.
       const code = (error as { response?: { status?: number } }).response?.status
-      const kind = code !== undefined && code >= 500 ? "unavailable" : "unexpected"
+      const kind = (code ?? 0) >= 500 ? "unavailable" : "unexpected"
       return failure(kind, tag, { status: code, correlationId, message: "an answer the API does not declare" })
     }
     case "ParseError":
@@ -117,7 +114,7 @@ const line = (f: Failure): string => {
     f.correlationId === undefined ? undefined : `correlation id ${f.correlationId}`,
     ...Object.entries(f.details ?? {}).map(([key, value]) => `${key} ${value}`)
   ].filter((part) => part !== undefined)
-  const head = `${f.kind}: ${f.reason ?? (f.kind === "usage" && f.message !== undefined ? f.message : f.tag)}`
+  const head = `${f.kind}: ${f.reason ?? (f.kind === "usage" ? f.message ?? f.tag : f.tag)}`
   const tail = f.kind !== "usage" && f.message !== undefined ? ` - ${f.message}` : ""
   return `${head}${details.length > 0 ? ` (${details.join(", ")})` : ""}${tail}`
 }
@@ -155,7 +152,7 @@ export const settle = (cause: Cause.Cause<unknown>): Effect.Effect<ExitCode> =>
       return f.exitCode
     }
     if (Cause.isInterruptedOnly(cause)) return ExitCode.interrupted
-    const defect = Cause.dieOption(cause)
-    yield* report(failure("unexpected", Option.match(defect, { onNone: () => "unknown", onSome: (d) => field(d, "_tag") ?? field(d, "name") ?? "defect" })))
+    const defect = Option.getOrUndefined(Cause.dieOption(cause))
+    yield* report(failure("unexpected", field(defect, "_tag") ?? field(defect, "name") ?? "defect"))
     return ExitCode.unexpected
   })

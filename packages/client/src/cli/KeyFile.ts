@@ -24,6 +24,7 @@ export const generateKeyFile = (path: string, tenant: string, keyId: string) =>
     yield* fs.writeFileString(path, `${JSON.stringify({ [tenant]: { [keyId]: jwk.d } })}\n`, { flag: "wx", mode: 0o600 }).pipe(
       Effect.mapError((error) =>
         new UsageError({
+          // Stryker disable next-line ConditionalExpression: only a SystemError has a reason; the test narrows the type
           message: error._tag === "SystemError" && error.reason === "AlreadyExists"
             ? `${path} exists: a key file is never overwritten`
             : `cannot write ${path}`
