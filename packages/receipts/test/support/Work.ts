@@ -41,6 +41,8 @@ export interface ExecutorOptions {
   readonly timing?: Partial<WorkerTiming>
   readonly sender?: Mailbox
   readonly mailTimeout?: Duration.DurationInput
+  /** Parts this process is configured without: its storage roots, its receipt provider settings, its mailer. */
+  readonly without?: { readonly files?: boolean; readonly provider?: boolean; readonly mailer?: boolean }
 }
 
 /** Receipts and ReceiptWork over `roots`, the loopback provider and their own settings, built in the test's scope. */
@@ -56,10 +58,11 @@ export const executor = (roots: Roots, options: ExecutorOptions = {}) =>
       },
       sender: options.sender ?? { address: "receipts@shop.example", name: "Shop" }
     }
+    const without = options.without ?? {}
     const shared = Layer.mergeAll(
-      FileStoreLive(roots),
-      Mailer.layerWith(receiptProvider.mail),
-      Layer.succeed(ReceiptWorkSettings, { timing, provider: Option.some(receiptProvider) })
+      without.files === true ? Layer.empty : FileStoreLive(roots),
+      without.mailer === true ? Layer.empty : Mailer.layerWith(receiptProvider.mail),
+      Layer.succeed(ReceiptWorkSettings, { timing, provider: without.provider === true ? Option.none() : Option.some(receiptProvider) })
     )
     const layer = Layer.mergeAll(Receipts.Default, ReceiptWork.Default).pipe(Layer.provideMerge(shared))
     const context = yield* Layer.build(layer).pipe(Effect.orDie)
