@@ -1,9 +1,34 @@
 import { encodeKeyset } from "@delivery/core"
+import { LoopbackReply } from "@delivery/testing"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Option, Stream } from "effect"
+import { Effect, Fiber, Metric, Option, Stream } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
 import * as NFS from "node:fs"
-import { businessCounts, commandOf, effectsOf, executor, recorderFor, recordReceipt, setup, stageFile, SuiteLayer } from "./support/Work.ts"
+import {
+  backdateClaim,
+  businessCounts,
+  commandOf,
+  effectRow,
+  effectsOf,
+  executor,
+  recorderFor,
+  recordReceipt,
+  setup,
+  stageFile,
+  SuiteLayer
+} from "./support/Work.ts"
+
+/** How many attempts `delivery_outcomes` has counted for the receipt effects under `outcome`, in this process. */
+const counted = (outcome: string) =>
+  Effect.map(Metric.snapshot, (pairs) =>
+    pairs
+      .filter(({ metricKey }) =>
+        metricKey.name === "delivery_outcomes" &&
+        metricKey.tags.some((tag) => tag.key === "family" && tag.value === "receipt-effects") &&
+        metricKey.tags.some((tag) => tag.key === "outcome" && tag.value === outcome))
+      .reduce((sum, { metricState }) => sum + Number((metricState as unknown as { count: number | bigint }).count), 0))
+
+const within = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.timeoutFail(effect, { duration: "5 seconds", onTimeout: () => new Error("test wait timed out") })
 
 // Spec 002's receipt rules that hold whatever the worker's timing (docs/receipts.md): what a process without
 // storage roots or without a mail provider does, how attachments and uploads are checked, and how the read paths
@@ -129,4 +154,38 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt rules (real PostgreSQL
       const ex = yield* executor(roots)
       expect(ex.receipts.queueView).toMatchObject({ family: "receipt-effects", title: "Receipt effects" })
     }).pipe(Effect.scoped))
+
+  it.scoped("each attempt whose record landed is counted once under receipt-effects: done, retry, and an interrupted attempt as retry; an interrupted attempt whose claim was replaced counts nothing", () =>
+    Effect.gen(function* () {
+      const { provider, roots, tenant } = yield* setup
+      const ex = yield* executor(roots, { mailTimeout: "10 seconds" })
+      const rootless = yield* executor(roots, { without: { files: true } })
+      const [done0, retry0] = [yield* counted("done"), yield* counted("retry")]
+      yield* recordReceipt(ex, tenant, [randomBytes(8)])
+      yield* rootless.work.tick("w1")
+      expect([yield* counted("done"), yield* counted("retry")]).toEqual([done0, retry0 + 1])
+      yield* Effect.sleep("1 second")
+      yield* ex.work.tick("w1")
+      expect([yield* counted("done"), yield* counted("retry")]).toEqual([done0 + 1, retry0 + 1])
+
+      yield* setup
+      const held = yield* recordReceipt(ex, tenant)
+      const notify = held.effects[0]!.id
+      yield* provider.script({ key: notify, times: 3, reply: LoopbackReply.hang() })
+      const running = yield* Effect.fork(ex.work.tick("w1"))
+      yield* within(provider.awaitRequests(1))
+      yield* Fiber.interrupt(running)
+      expect(yield* effectRow(notify)).toMatchObject({ state: "pending", last_error: "interrupted" })
+      expect([yield* counted("done"), yield* counted("retry")]).toEqual([done0 + 1, retry0 + 2])
+
+      const stale = yield* Effect.fork(ex.work.tick("stale-owner"))
+      yield* within(provider.awaitRequests(2))
+      yield* backdateClaim(notify, 61)
+      const replacement = yield* Effect.fork(ex.work.tick("new-owner"))
+      yield* within(provider.awaitRequests(3))
+      yield* Fiber.interrupt(stale)
+      expect(yield* effectRow(notify)).toMatchObject({ state: "running", lease_owner: "new-owner" })
+      expect([yield* counted("done"), yield* counted("retry")]).toEqual([done0 + 1, retry0 + 2])
+      yield* Fiber.interrupt(replacement)
+    }))
 })
