@@ -1,7 +1,8 @@
 import { encodeKeyset } from "@delivery/core"
 import { LoopbackReply } from "@delivery/testing"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Fiber, Metric, Option, Stream } from "effect"
+import { SqlClient } from "@effect/sql"
+import { Cause, Effect, Exit, Fiber, Metric, Option, Stream } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
 import * as NFS from "node:fs"
 import {
@@ -183,9 +184,31 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt rules (real PostgreSQL
       yield* backdateClaim(notify, 61)
       const replacement = yield* Effect.fork(ex.work.tick("new-owner"))
       yield* within(provider.awaitRequests(3))
-      yield* Fiber.interrupt(stale)
+      // The stale owner's record finds its claim replaced: it writes and counts nothing, and ends interrupted, not dead.
+      const staleExit = yield* Fiber.interrupt(stale)
+      expect(Exit.isFailure(staleExit) && Cause.isInterruptedOnly(staleExit.cause)).toBe(true)
       expect(yield* effectRow(notify)).toMatchObject({ state: "running", lease_owner: "new-owner" })
       expect([yield* counted("done"), yield* counted("retry")]).toEqual([done0 + 1, retry0 + 2])
       yield* Fiber.interrupt(replacement)
+    }))
+
+  it.scoped("a notification whose claim is taken over before its envelope is frozen ends lease-lost: nothing is sent, recorded or counted, and the claim is left to its new owner", () =>
+    Effect.gen(function* () {
+      const { provider, roots, tenant } = yield* setup
+      const sql = yield* SqlClient.SqlClient
+      const ex = yield* executor(roots)
+      const recorded = yield* recordReceipt(ex, tenant)
+      const notify = recorded.effects[0]!.id
+      // The freezing write finds no row of this attempt, as when another owner has taken the claim meanwhile.
+      yield* sql.unsafe(`CREATE OR REPLACE FUNCTION rules_skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$`)
+      yield* sql.unsafe(`CREATE TRIGGER rules_skip_freeze BEFORE UPDATE ON receipt_effects FOR EACH ROW
+        WHEN (OLD.envelope IS NULL AND NEW.envelope IS NOT NULL AND NEW.id = '${notify}') EXECUTE FUNCTION rules_skip_update()`)
+      yield* Effect.addFinalizer(() => Effect.orDie(sql.unsafe(`DROP TRIGGER IF EXISTS rules_skip_freeze ON receipt_effects`)))
+      const counts = [yield* counted("done"), yield* counted("retry"), yield* counted("lease-lost")]
+      const tick = yield* ex.work.tick("w1")
+      expect(tick.attempt).toStrictEqual(Option.some({ id: notify, kind: "notify", outcome: "lease-lost" }))
+      expect(yield* provider.requests).toEqual([])
+      expect(yield* effectRow(notify)).toMatchObject({ state: "running", attempt: 1, envelope: null, last_error: null })
+      expect([yield* counted("done"), yield* counted("retry"), yield* counted("lease-lost")]).toEqual(counts)
     }))
 })
