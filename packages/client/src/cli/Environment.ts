@@ -13,9 +13,11 @@ const setting = <A>(name: string, config: Config.Config<A>, rule: string) =>
   Effect.mapError(config, (error) =>
     new UsageError({ message: ConfigError.isMissingDataOnly(error) ? `${name} is not set` : `${name} is invalid: ${rule}` }))
 
+// URL.canParse rather than URL.parse, which Node 20 lacks.
 const isHttpUrl = (text: string) => {
-  const url = URL.parse(text)
-  return url !== null && (url.protocol === "http:" || url.protocol === "https:") && url.username === "" && url.password === ""
+  if (!URL.canParse(text)) return false
+  const url = new URL(text)
+  return (url.protocol === "http:" || url.protocol === "https:") && url.username === "" && url.password === ""
 }
 
 const secret = (name: string) =>
