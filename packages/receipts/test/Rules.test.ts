@@ -1,8 +1,8 @@
 import { encodeKeyset } from "@delivery/core"
-import { LoopbackReply } from "@delivery/testing"
+import { LoopbackReply, outcomesCounted } from "@delivery/testing"
 import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
-import { Cause, Effect, Exit, Fiber, Metric, Option, Stream } from "effect"
+import { Cause, Effect, Exit, Fiber, Option, Stream } from "effect"
 import { randomBytes, randomUUID } from "node:crypto"
 import * as NFS from "node:fs"
 import {
@@ -19,15 +19,7 @@ import {
   SuiteLayer
 } from "./support/Work.ts"
 
-/** How many attempts `delivery_outcomes` has counted for the receipt effects under `outcome`, in this process. */
-const counted = (outcome: string) =>
-  Effect.map(Metric.snapshot, (pairs) =>
-    pairs
-      .filter(({ metricKey }) =>
-        metricKey.name === "delivery_outcomes" &&
-        metricKey.tags.some((tag) => tag.key === "family" && tag.value === "receipt-effects") &&
-        metricKey.tags.some((tag) => tag.key === "outcome" && tag.value === outcome))
-      .reduce((sum, { metricState }) => sum + Number((metricState as unknown as { count: number | bigint }).count), 0))
+const counted = (outcome: string) => outcomesCounted("receipt-effects", outcome)
 
 const within = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.timeoutFail(effect, { duration: "5 seconds", onTimeout: () => new Error("test wait timed out") })
 

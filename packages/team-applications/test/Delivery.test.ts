@@ -1,13 +1,13 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff, Canonical, ProviderHttp } from "@delivery/core"
 import { fingerprint, Mailer, MailMessage } from "@delivery/mail"
-import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
+import { LoopbackProvider, LoopbackReply, outcomesCounted } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import { DeliverySettings, makeDeliver, notificationHooks } from "../src/Delivery.ts"
+import { deliveryLoop, DeliverySettings, makeDeliver, notificationHooks } from "../src/Delivery.ts"
 import { type SubmitApplication, SubmitApplication as SubmitApplicationSchema } from "../src/Domain.ts"
 import { QUEUE_NAME } from "../src/Domain.ts"
 import * as EffectQueueStore from "../src/EffectQueueStore.ts"
@@ -69,6 +69,8 @@ const processFor = (options: {
     const attempt = Effect.exit(queue.take(deliver, { maxAttempts: t.maxAttempts }))
     return { applications: Context.get(context, TeamApplications), queue, attempt, context, timing: t }
   })
+
+const counted = (outcome: string) => outcomesCounted("team-applications", outcome)
 
 const tenantId = () => `t-${randomBytes(4).toString("hex")}`
 const by = (tenant: string): Submitter => ({ tenant, account: "acct-1", actor: "api-key:k1", correlationId: randomBytes(16).toString("hex") })
@@ -517,5 +519,29 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
                (SELECT count(*) FROM team_application_outbox WHERE tenant_id = ${tenant})::int AS outbox`.withoutTransform
       expect(counts[0]).toEqual({ apps: 0, outbox: 0 })
       expect((yield* orphans)[0]!.n).toBe(orphansBefore)
+    }))
+
+  it.scoped("the worker's loop passes TEAM_APPLICATION_DELIVERY_MAX_ATTEMPTS to each attempt and counts each attempt once under team-applications: retry, then exhausted on the last allowed attempt, delivered", () =>
+    Effect.gen(function* () {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* sweep
+      const proc = yield* processFor({ timing: { maxAttempts: 2, retryBase: Duration.millis(20), retryCap: Duration.millis(20) } })
+      const before = { retry: yield* counted("retry"), exhausted: yield* counted("exhausted"), delivered: yield* counted("delivered") }
+      yield* provider.script({ path: "/emails", reply: LoopbackReply.status(503) })
+      const failing = yield* submit(proc, tenantId())
+      const loop = yield* Effect.fork(Effect.provide(deliveryLoop, proc.context))
+      yield* until(Effect.map(statesOf(failing.response.application.id), (states) => states.every((s) => s.state === "exhausted")))
+      // Two attempts each, no third: the loop's bound, not the queue's default.
+      expect((yield* statesOf(failing.response.application.id)).map((s) => s.attempts)).toEqual([2, 2])
+      yield* until(Effect.map(counted("exhausted"), (n) => n === before.exhausted + 2))
+      expect(yield* counted("retry")).toBe(before.retry + 2)
+
+      yield* provider.reset
+      const delivered = yield* submit(proc, tenantId())
+      yield* until(Effect.map(statesOf(delivered.response.application.id), (states) => states.every((s) => s.state === "delivered")))
+      yield* until(Effect.map(counted("delivered"), (n) => n === before.delivered + 2))
+      yield* Fiber.interrupt(loop)
+      expect({ retry: yield* counted("retry"), exhausted: yield* counted("exhausted") }).toEqual({ retry: before.retry + 2, exhausted: before.exhausted + 2 })
     }))
 })
