@@ -53,28 +53,22 @@ describe("arguments checked before any request", () => {
     }))
 
   it("--help names each argument and says what it takes", () => {
-    const help = (doc: HelpDoc.HelpDoc) => HelpDoc.toAnsiText(doc).replace(/\u001b\[[0-9;]*m/g, "")
-    const described = [
-      [tenant, "<tenant>", "tenant id"],
-      [project, "<project>", "project id"],
-      [producer, "<producer>", "producer id"],
-      [keyId, "<keyId>", "signing key id"],
-      [messageId, "<id>", "outbox message id (a UUID)"],
-      [accountArg, "<account>", "account id"]
-    ] as const
-    for (const [self, name, description] of described) {
-      const text = help(Args.getHelp(self as Args.Args<string>))
-      expect(text).toContain(name)
-      expect(text).toContain(description)
-    }
-    const options = [
-      [accountOption, "--account", "account id"],
-      [page.limit, "--limit", "1 to 100 (default 100)"],
-      [page.after, "--after", "the id printed after `more:` by the previous page"],
-      [expiresIn, "--expires-in", "seconds until the credential expires (absent: until revoked)"]
-    ] as const
-    for (const [self, name, description] of options) {
-      const text = help(Options.getHelp(self as Options.Options<unknown>))
+    const arg = (self: Args.Args<unknown>) => Args.getHelp(self)
+    const option = (self: Options.Options<unknown>) => Options.getHelp(self)
+    const described: ReadonlyArray<readonly [HelpDoc.HelpDoc, string, string]> = [
+      [arg(tenant), "<tenant>", "tenant id"],
+      [arg(project), "<project>", "project id"],
+      [arg(producer), "<producer>", "producer id"],
+      [arg(keyId), "<keyId>", "signing key id"],
+      [arg(messageId), "<id>", "outbox message id (a UUID)"],
+      [arg(accountArg), "<account>", "account id"],
+      [option(accountOption), "--account", "account id"],
+      [option(page.limit), "--limit", "1 to 100 (default 100)"],
+      [option(page.after), "--after", "the id printed after `more:` by the previous page"],
+      [option(expiresIn), "--expires-in", "seconds until the credential expires (absent: until revoked)"]
+    ]
+    for (const [doc, name, description] of described) {
+      const text = HelpDoc.toAnsiText(doc).replace(/\u001b\[[0-9;]*m/g, "")
       expect(text).toContain(name)
       expect(text).toContain(description)
     }

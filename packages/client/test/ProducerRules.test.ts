@@ -5,7 +5,7 @@ import { FetchHttpClient } from "@effect/platform"
 import { Clock, Duration, Effect, Layer, Random, Redacted } from "effect"
 import { createPublicKey } from "node:crypto"
 import { type EventToSend, makeProducer, type RetryPolicy } from "../src/index.ts"
-import { keyPair } from "./support/World.ts"
+import { keyPair, stoppedClock } from "./support/World.ts"
 
 // The producer's retry rules (docs/client.md, "Integrating a producer") against a real loopback server that
 // answers on command: which answers are sent again, how long each wait is, and when it gives up. Waits go
@@ -20,14 +20,7 @@ const key = keyPair()
 /** A clock stopped at NOW whose sleeps return at once and are written down, in milliseconds. */
 const recordingClock = () => {
   const waits: Array<number> = []
-  const clock: Clock.Clock = {
-    [Clock.ClockTypeId]: Clock.ClockTypeId,
-    unsafeCurrentTimeMillis: () => NOW,
-    currentTimeMillis: Effect.succeed(NOW),
-    unsafeCurrentTimeNanos: () => BigInt(NOW) * 1_000_000n,
-    currentTimeNanos: Effect.succeed(BigInt(NOW) * 1_000_000n),
-    sleep: (duration) => Effect.sync(() => void waits.push(Duration.toMillis(duration)))
-  }
+  const clock: Clock.Clock = { ...stoppedClock(NOW), sleep: (duration) => Effect.sync(() => void waits.push(Duration.toMillis(duration))) }
   return { clock, waits }
 }
 

@@ -2,9 +2,8 @@ import { expect, layer } from "@effect/vitest"
 import { SqlClient } from "@effect/sql"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { ConfigProvider, Effect, Layer, Option, Redacted, Schema, TestClock, TestContext } from "effect"
-import { refusalsCounted } from "./support/Metrics.ts"
 import { refusalReason, refusalTag } from "./support/Refusal.ts"
-import { CountingSqlLive, SqlCounter } from "@delivery/testing"
+import { CountingSqlLive, refusalsCounted, SqlCounter } from "@delivery/testing"
 import { randomBytes } from "node:crypto"
 import {
   Email,

@@ -28,7 +28,7 @@ const loopOver = (script: ReadonlyArray<ReceiptsStorageUnavailable | InvalidDura
       Effect.timeout("2 seconds"),
       Effect.exit
     )
-    return { exit, ticks }
+    return { failure: Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none(), ticks }
   })
 
 const unavailable = (sqlstate: string) => new ReceiptsStorageUnavailable({ operation: "claim", sqlstate })
@@ -36,25 +36,25 @@ const unavailable = (sqlstate: string) => new ReceiptsStorageUnavailable({ opera
 describe("the receipt worker's loop", () => {
   it.live("a database it cannot reach (connection refused or cut, class 08, a shutdown 57P01) is waited out: the loop goes on to the next tick", () =>
     Effect.gen(function* () {
-      const { exit, ticks } = yield* loopOver([unavailable("08006"), "idle", unavailable("ECONNREFUSED"), unavailable("57P01"), unavailable("42P01")])
+      const { failure, ticks } = yield* loopOver([unavailable("08006"), "idle", unavailable("ECONNREFUSED"), unavailable("57P01"), unavailable("42P01")])
       expect(ticks).toBe(5)
-      expect(Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()).toEqual(Option.some(unavailable("42P01")))
+      expect(failure).toEqual(Option.some(unavailable("42P01")))
     }))
 
   it.live("an invalid durable envelope stops the loop at once", () =>
     Effect.gen(function* () {
       const broken = new InvalidDurableEnvelope({ effect: "e1" })
-      const { exit, ticks } = yield* loopOver([broken, "idle"])
+      const { failure, ticks } = yield* loopOver([broken, "idle"])
       expect(ticks).toBe(1)
-      expect(Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()).toEqual(Option.some(broken))
+      expect(failure).toEqual(Option.some(broken))
     }))
 
   it.live("any other database error stops the loop at once: an undefined table, a permission, a constraint", () =>
     Effect.gen(function* () {
       for (const sqlstate of ["42P01", "42501", "23505"]) {
-        const { exit, ticks } = yield* loopOver([unavailable(sqlstate), "idle"])
+        const { failure, ticks } = yield* loopOver([unavailable(sqlstate), "idle"])
         expect(ticks).toBe(1)
-        expect(Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()).toEqual(Option.some(unavailable(sqlstate)))
+        expect(failure).toEqual(Option.some(unavailable(sqlstate)))
       }
     }))
 })

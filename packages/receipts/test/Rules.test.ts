@@ -16,12 +16,12 @@ import {
   recordReceipt,
   setup,
   stageFile,
-  SuiteLayer
+  SuiteLayer,
+  within
 } from "./support/Work.ts"
 
 const counted = (outcome: string) => outcomesCounted("receipt-effects", outcome)
 
-const within = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.timeoutFail(effect, { duration: "5 seconds", onTimeout: () => new Error("test wait timed out") })
 
 // Spec 002's receipt rules that hold whatever the worker's timing (docs/receipts.md): what a process without
 // storage roots or without a mail provider does, how attachments and uploads are checked, and how the read paths

@@ -21,7 +21,8 @@ import {
   sha256,
   snapshot,
   SuiteLayer,
-  untilDue
+  untilDue,
+  within
 } from "./support/Work.ts"
 
 // Spec 002, "Receipt work": the receipt effects executor (ReceiptWork.tick / runInline) on real PostgreSQL, real
@@ -32,9 +33,6 @@ import {
 const attemptOf = (tick: TickResult) => Option.getOrThrow(tick.attempt)
 
 const tick = (ex: Executor, owner = "w1") => ex.work.tick(owner)
-
-const within = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = "5 seconds") =>
-  Effect.timeoutFail(effect, { duration: limit, onTimeout: () => new Error("test wait timed out") })
 
 const stagedPath = (roots: Roots, fileId: string) => NodePath.join(roots.staging, fileId)
 const storedPath = (roots: Roots, sha: string) => NodePath.join(roots.storage, sha)

@@ -163,6 +163,10 @@ export const backdateClaim = (id: string, seconds: number) =>
     sql`UPDATE receipt_effects SET claimed_at = claimed_at - make_interval(secs => ${seconds}) WHERE id = ${id}`)
     .pipe(Effect.orDie)
 
+/** Fails the test after `limit` instead of waiting for ever. */
+export const within = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = "5 seconds") =>
+  Effect.timeoutFail(effect, { duration: limit, onTimeout: () => new Error("test wait timed out") })
+
 /** Sleeps until every pending effect of the receipts is due. */
 export const untilDue = (...receiptIds: ReadonlyArray<string>) =>
   Effect.gen(function* () {
