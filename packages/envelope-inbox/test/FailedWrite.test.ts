@@ -4,7 +4,7 @@ import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import { EnvelopeInbox } from "../src/index.ts"
 import { auditOf, counts, post, producer, type Producer, receive, streamOf, SuiteLive } from "./support/Harness.ts"
-import { logProbe } from "./support/Logs.ts"
+import { logProbe } from "@delivery/testing"
 
 /**
  * Installs a trigger that fails one write of one tenant, runs `effect`, and removes the trigger.

@@ -2,13 +2,12 @@ import { expect, layer } from "@effect/vitest"
 import { RateLimiter } from "@effect/experimental"
 import { SqlClient } from "@effect/sql"
 import { DeviceId, type VerifiedIdentity } from "@delivery/identity"
-import { SqlCounter } from "@delivery/testing"
+import { logProbe, SqlCounter } from "@delivery/testing"
 import { ConfigProvider, Context, Duration, Effect, Layer, Schedule, TestClock, TestContext, TestServices } from "effect"
 import { randomBytes } from "node:crypto"
 import { EnvelopeInbox, FLUSH_FAILED, MAX_PENDING_WINDOWS, RefusalAudit, SyncLimiter } from "../src/index.ts"
 import { InboxRepo } from "../src/InboxRepo.ts"
 import { generousEnv, newCorrelationId, producer, type Producer, receive, ServicesLive } from "./support/Harness.ts"
-import { logProbe } from "./support/Logs.ts"
 
 const WINDOW = Duration.minutes(1)
 const limitedEnv = { ...generousEnv, SYNC_INGEST_LIMIT: "1", SYNC_INGEST_WINDOW: "1 minute" }

@@ -5,7 +5,7 @@ import { Chunk, ConfigProvider, Duration, Effect, Layer, Schedule, TestClock, Te
 import { randomBytes } from "node:crypto"
 import { InboxRetention, InboxRetentionWorker, RETENTION_BATCH, retentionLoop } from "../src/index.ts"
 import { auditOf, counts, post, producer, ServicesLive, streamOf, SuiteLive } from "./support/Harness.ts"
-import { logProbe } from "./support/Logs.ts"
+import { logProbe } from "@delivery/testing"
 
 /** Statements run as the retention role, each in its own transaction (a refused one aborts it). */
 const asRetentionRole = (statement: string) =>

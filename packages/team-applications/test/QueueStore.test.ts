@@ -1,9 +1,10 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff } from "@delivery/core"
+import { CountingSqlLive, logProbe, SqlCounter } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Context, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Schema } from "effect"
+import { Cause, Context, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import * as EffectQueueStore from "../src/EffectQueueStore.ts"
 
@@ -14,7 +15,10 @@ const Item = Schema.Struct({ n: Schema.Number })
 
 interface StoreOptions extends Partial<EffectQueueStore.EffectQueueOptions> {}
 
-/** A store of its own (its own worker id and leases) and a PersistedQueue over it, built in the test's scope. */
+/**
+ * A store of its own (its own worker id and leases, its own client whose statements are counted and can be made to
+ * fail) and a PersistedQueue over it, built in the test's scope.
+ */
 const storeFor = (name: string, options: StoreOptions = {}) =>
   Effect.gen(function* () {
     const context = yield* Layer.build(
@@ -24,12 +28,16 @@ const storeFor = (name: string, options: StoreOptions = {}) =>
           pollInterval: "20 millis",
           backoff: Backoff.make({ base: "200 millis", cap: "200 millis", jitter: 0 }),
           ...options
-        }))
+        })),
+        Layer.provideMerge(CountingSqlLive)
       )
     )
-    const queue = yield* PersistedQueue.make({ name, schema: Item }).pipe(Effect.provide(context))
-    return { queue, store: Context.get(context, EffectQueueStore.EffectQueue), context }
+    const queueOf = (queueName: string) => PersistedQueue.make({ name: queueName, schema: Item }).pipe(Effect.provide(context))
+    const queue = yield* queueOf(name)
+    return { queue, queueOf, store: Context.get(context, EffectQueueStore.EffectQueue), sql: Context.get(context, SqlCounter), context }
   })
+
+const claims = (statements: ReadonlyArray<string>) => statements.filter((text) => text.includes("WITH due AS")).length
 
 interface Row {
   readonly id: string
@@ -173,10 +181,10 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(completedHooks).toEqual([`${id}#2`])
     }))
 
-  it.scoped("a live owner keeps its lease by refreshing it: no other store takes the item while the attempt runs past the lease", () =>
+  it.scoped("a live owner keeps its lease by refreshing it (by default every third of the lease): no other store takes the item while the attempt runs past the lease", () =>
     Effect.gen(function* () {
       const name = queueName()
-      const a = yield* storeFor(name, { leaseDuration: "300 millis", refreshInterval: "60 millis" })
+      const a = yield* storeFor(name, { leaseDuration: "300 millis" })
       const b = yield* storeFor(name, { leaseDuration: "300 millis" })
       const id = yield* a.queue.offer({ n: 1 })
       const owner = yield* Effect.fork(a.queue.take(() => Effect.as(Effect.sleep("1200 millis"), "owner")))
@@ -187,10 +195,12 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       yield* Fiber.interrupt(rival)
     }))
 
-  it.scoped("an interrupted attempt keeps its attempt counted and puts the item back, due at once", () =>
+  it.scoped("an interrupted attempt keeps its attempt counted and puts the item back, due at once, with no hook run (it neither completed nor failed)", () =>
     Effect.gen(function* () {
       const name = queueName()
-      const { queue } = yield* storeFor(name)
+      const ran: Array<string> = []
+      const hooks = { [name]: { completed: () => Effect.sync(() => void ran.push("completed")), failed: () => Effect.sync(() => void ran.push("failed")) } }
+      const { queue } = yield* storeFor(name, { hooks })
       const id = yield* queue.offer({ n: 1 })
       const running = yield* Deferred.make<void>()
       const fiber = yield* Effect.fork(queue.take(() => Effect.zipRight(Deferred.succeed(running, undefined), Effect.never)))
@@ -199,7 +209,9 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       const row = yield* rowOf(name, id)
       expect(row).toMatchObject({ attempts: 1, completed: false, leased: false, acquired_by: null, last_failure: null })
       expect(row.due_in_ms).toBeLessThanOrEqual(0)
+      expect(ran).toEqual([])
       expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.attempts)))).toBe(1)
+      expect(ran).toEqual(["completed"])
     }))
 
   it.scoped("a take interrupted while it waits on an empty queue locks nothing: the next taker gets a new item at once", () =>
@@ -306,6 +318,325 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(yield* store.removeEnded(name, Duration.days(30))).toBe(1)
       expect((yield* rowsOf(name)).map((row) => row.id).sort()).toEqual([recent, waiting].sort())
       expect((yield* rowsOf(other)).map((row) => row.id)).toEqual([foreign])
+    }))
+
+  it.scoped("a lone taker claims one item at a time: while its handler runs, the other items are neither leased nor counted", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name)
+      yield* Effect.forEach([1, 2, 3], (n) => queue.offer({ n }))
+      const during = yield* within(queue.take(() => Effect.zipRight(Effect.sleep("150 millis"), rowsOf(name))))
+      expect(during.map((row) => [row.attempts, row.leased])).toEqual([[1, true], [0, false], [0, false]])
+    }))
+
+  it.scoped("an offer wakes an idle poller at once, long before its poll interval", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { pollInterval: "1 hour" })
+      const taker = yield* Effect.fork(queue.take((value) => Effect.succeed(value.n)))
+      // The lane's first claim found nothing: the poller now sleeps its hour unless an offer wakes it.
+      yield* Effect.sleep("200 millis")
+      yield* queue.offer({ n: 5 })
+      expect(yield* within(Fiber.join(taker), "3 seconds")).toBe(5)
+    }))
+
+  it.scoped("the failure code kept is the error's reason, else its code, when either is a stable code of at most 64 characters", () =>
+    Effect.sync(() => {
+      const reasonOf = (error: unknown) => EffectQueueStore.failureReason(Cause.fail(error))
+      expect(reasonOf({ reason: "provider-5xx", code: "other-code" })).toBe("provider-5xx")
+      expect(reasonOf({ reason: "Not A Code", code: "provider-timeout" })).toBe("provider-timeout")
+      expect(reasonOf({ code: "mailbox-invalid" })).toBe("mailbox-invalid")
+      expect(reasonOf({ reason: 42 })).toBe("handler-failed")
+      expect(reasonOf({ reason: "a".repeat(64) })).toBe("a".repeat(64))
+      expect(reasonOf({ reason: "a".repeat(65) })).toBe("handler-failed")
+      expect(reasonOf({ reason: "" })).toBe("handler-failed")
+      expect(reasonOf({ reason: "ok-code\n" })).toBe("handler-failed")
+      expect(reasonOf("provider-5xx")).toBe("handler-failed")
+      expect(EffectQueueStore.failureReason(Cause.die(new Error("boom")))).toBe("handler-died")
+    }))
+
+  it.scoped("a retryAfter that is not a Duration is ignored: the backoff delay applies", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { backoff: Backoff.make({ base: "2 seconds", cap: "2 seconds", jitter: 0 }) })
+      const id = yield* queue.offer({ n: 1 })
+      yield* Effect.exit(within(queue.take(() => Effect.fail({ reason: "provider-5xx", retryAfter: 30_000 }))))
+      const row = yield* rowOf(name, id)
+      expect(row.due_in_ms).toBeGreaterThan(1_500)
+      expect(row.due_in_ms).toBeLessThanOrEqual(2_000)
+    }))
+
+  it.scoped("an item's last failed attempt ends it at once: exhausted, no retry delay, whatever the backoff", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { backoff: Backoff.make({ base: "1 hour", cap: "1 hour", jitter: 0 }) })
+      const id = yield* queue.offer({ n: 1 })
+      yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "provider-5xx" }), { maxAttempts: 1 })))
+      const row = yield* rowOf(name, id)
+      expect(row).toMatchObject({ attempts: 1, exhausted: true, ended: true, last_failure: "provider-5xx" })
+      expect(row.due_in_ms).toBeLessThanOrEqual(0)
+    }))
+
+  it.scoped("an item whose stored element is not JSON ends exhausted as element-invalid without a handler, its failed hook runs, and the queue goes on", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const failures: Array<string> = []
+      const hooks = {
+        [name]: {
+          failed: (ref: EffectQueueStore.AttemptRef, failure: EffectQueueStore.FailureRecord) =>
+            Effect.sync(() => void failures.push(`${ref.id}#${ref.attempt}:${failure.reason}:${failure.exhausted}`))
+        }
+      }
+      const { queue } = yield* storeFor(name, { hooks })
+      const damaged = `${name}-damaged`
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, available_at, created_at, updated_at)
+                 VALUES (${damaged}, ${name}, '{"n": 1', now(), now(), now())`.withoutTransform
+      let ran = false
+      const exit = yield* Effect.exit(within(queue.take(() => Effect.sync(() => { ran = true }))))
+      expect(ran).toBe(false)
+      expect(Exit.isFailure(exit) && Cause.failureOption(exit.cause).pipe((f) => f._tag === "Some" && f.value instanceof PersistedQueue.PersistedQueueError)).toBe(true)
+      expect(yield* rowOf(name, damaged)).toMatchObject({ attempts: 1, exhausted: true, completed: false, ended: true, leased: false, acquired_by: null, last_failure: "element-invalid" })
+      expect(failures).toEqual([`${damaged}#1:element-invalid:true`])
+      const next = yield* queue.offer({ n: 2 })
+      expect(yield* within(queue.take((value, meta) => Effect.succeed([meta.id, value.n])))).toEqual([next, 2])
+    }))
+
+  it.scoped("clean-up removes every ended item in statements of a thousand and counts them all", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const { store } = yield* storeFor(name)
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, completed, attempts, ended_at, available_at, created_at, updated_at)
+                 SELECT ${name} || '-' || n, ${name}, '{"n":0}', true, 1, now() - interval '31 days', now(), now(), now()
+                 FROM generate_series(1, 2500) AS n`.withoutTransform
+      expect(yield* store.removeEnded(name, Duration.days(30))).toBe(2500)
+      expect(yield* rowsOf(name)).toEqual([])
+    }))
+
+  it.scoped("a late owner's lost lease is logged once and no longer refreshed, and its refused outcome is logged with the item and attempt", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const logs = yield* logProbe
+      // A refreshes every 500 ms a lease of 300 ms: B takes the item over between two of A's refreshes.
+      const a = yield* storeFor(name, { leaseDuration: "300 millis", refreshInterval: "500 millis" }).pipe(Effect.provide(logs.layer))
+      const b = yield* storeFor(name, { leaseDuration: "300 millis" })
+      const id = yield* a.queue.offer({ n: 1 })
+      const release = yield* Deferred.make<void>()
+      const late = yield* Effect.fork(a.queue.take(() => Deferred.await(release)))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 1))
+      yield* within(b.queue.take(() => Effect.void))
+      const lost = yield* within(logs.next((entry) => entry.message.includes("leases lost")), "3 seconds")
+      expect(lost.annotations).toEqual({ lost: `${id}#1` })
+      const refreshesAfter = (yield* a.sql.statements).length
+      expect(yield* logs.next((entry) => entry.message.includes("leases lost")).pipe(Effect.timeoutOption("1200 millis"))).toEqual(Option.none())
+      // A's refresher ran twice more and found nothing of its own to refresh.
+      expect((yield* a.sql.statements).slice(refreshesAfter).filter((text) => text.includes("SET lease_expires_at"))).toEqual([])
+      yield* Deferred.succeed(release, undefined)
+      yield* within(Fiber.join(late))
+      const refused = yield* within(logs.next((entry) => entry.message.includes("outcomes refused")))
+      expect(refused.annotations).toEqual({ items: `${id}#1` })
+    }))
+
+  it.scoped("a live lease is refreshed every third of its length, and only this owner's claimed items are refreshed", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { leaseDuration: "3 seconds" })
+      const id = yield* queue.offer({ n: 1 })
+      const other = yield* queue.offer({ n: 2 })
+      const sql = yield* SqlClient.SqlClient
+      const remaining = (itemId: string) =>
+        Effect.map(
+          sql<{ readonly ms: number | null }>`SELECT (extract(epoch FROM lease_expires_at - now()) * 1000)::float8 AS ms FROM effect_queue WHERE id = ${itemId}`.withoutTransform,
+          (rows) => rows[0]!.ms
+        )
+      const samples = yield* within(queue.take(() =>
+        Effect.forEach(Array.from({ length: 24 }), () => Effect.zipLeft(Effect.all([remaining(id), remaining(other)]), Effect.sleep("100 millis")))
+      ))
+      const own = samples.map(([ms]) => ms!)
+      // Refreshed about every second: the lease never ages past about a third, and does age between refreshes.
+      expect(Math.min(...own)).toBeGreaterThan(1_500)
+      expect(Math.min(...own)).toBeLessThan(2_600)
+      expect(Math.max(...own)).toBeLessThanOrEqual(3_000)
+      expect(samples.map(([, ms]) => ms)).toEqual(samples.map(() => null))
+    }))
+
+  it.scoped("a failed lease refresh is tried again at the next interval: the attempt keeps its lease and no other store takes the item", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      // Refreshed every 300 ms: one failed refresh leaves 600 ms between two that succeed, within the lease.
+      const a = yield* storeFor(name, { leaseDuration: "900 millis" })
+      const b = yield* storeFor(name, { leaseDuration: "900 millis" })
+      const id = yield* a.queue.offer({ n: 1 })
+      const refreshes = Effect.map(a.sql.statements, (statements) => statements.filter((text) => text.includes("SET lease_expires_at")).length)
+      const owner = yield* Effect.fork(a.queue.take(() =>
+        Effect.gen(function* () {
+          const before = yield* refreshes
+          yield* a.sql.failWhen((text) => text.includes("SET lease_expires_at"))
+          yield* until(Effect.map(refreshes, (count) => count > before))
+          yield* a.sql.failWhen(undefined)
+          yield* Effect.sleep("1500 millis")
+          return "owner"
+        })
+      ))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 1))
+      const rival = yield* Effect.fork(b.queue.take(() => Effect.succeed("rival")))
+      expect(yield* within(Fiber.join(owner))).toBe("owner")
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 1, completed: true })
+      expect(rival.unsafePoll()).toBeNull()
+      yield* Fiber.interrupt(rival)
+    }))
+
+  it.scoped("a failed claim is tried again after the poll interval: the waiting taker gets the item once the database answers", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue, sql } = yield* storeFor(name, { pollInterval: "100 millis" })
+      yield* sql.failWhen((text) => text.includes("WITH due AS"))
+      const id = yield* queue.offer({ n: 1 })
+      const taker = yield* Effect.fork(queue.take((_, meta) => Effect.succeed(meta.id)))
+      yield* Effect.sleep("350 millis")
+      expect(claims(yield* sql.statements)).toBeGreaterThanOrEqual(2)
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 0, leased: false })
+      yield* sql.failWhen(undefined)
+      expect(yield* within(Fiber.join(taker), "2 seconds")).toBe(id)
+    }))
+
+  it.scoped("an idle poller claims once per poll interval while a taker waits, and not at all once no taker waits", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue, sql } = yield* storeFor(name, { pollInterval: "200 millis" })
+      const before = claims(yield* sql.statements)
+      const waited = yield* queue.take(() => Effect.succeed("none")).pipe(Effect.timeoutOption("1 second"))
+      expect(waited).toEqual(Option.none())
+      const whileWaiting = claims(yield* sql.statements) - before
+      expect(whileWaiting).toBeGreaterThanOrEqual(3)
+      expect(whileWaiting).toBeLessThanOrEqual(7)
+      // No taker: an offer wakes the poller, which claims nothing for nobody.
+      const id = yield* queue.offer({ n: 1 })
+      const after = claims(yield* sql.statements)
+      yield* Effect.sleep("600 millis")
+      expect(claims(yield* sql.statements)).toBe(after)
+      expect(yield* rowOf(name, id)).toMatchObject({ attempts: 0, leased: false })
+    }))
+
+  it.scoped("several takers keep a round of claimed items waiting for them, topped up as they take from it, never more than two rounds", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue } = yield* storeFor(name, { leaseDuration: "60 seconds" })
+      yield* Effect.forEach(Array.from({ length: 16 }, (_, n) => n), (n) => queue.offer({ n }))
+      const gates = new Map<string, Deferred.Deferred<void>>()
+      const finished = new Set<string>()
+      const handler = (_: unknown, meta: { readonly id: string }) =>
+        Effect.flatMap(Deferred.make<void>(), (gate) => {
+          gates.set(meta.id, gate)
+          return Deferred.await(gate)
+        })
+      const takers = yield* Effect.forkAll([1, 2].map(() => Effect.forever(queue.take(handler))))
+      const buffered = Effect.map(rowsOf(name), (rows) => rows.filter((row) => row.leased && !gates.has(row.id)).length)
+      const settled = Effect.zipRight(Effect.sleep("300 millis"), buffered)
+      yield* until(Effect.sync(() => gates.size === 2))
+      const counts = [yield* settled]
+      for (let i = 0; i < 3; i++) {
+        const [first] = [...gates.entries()].filter(([id]) => !finished.has(id))
+        finished.add(first![0])
+        yield* Deferred.succeed(first![1], undefined)
+        yield* until(Effect.sync(() => gates.size === 3 + i))
+        counts.push(yield* settled)
+      }
+      // At least a round (one item per taker) waits; a claim tops it up to at most two rounds.
+      for (const count of counts) {
+        expect(count).toBeGreaterThanOrEqual(2)
+        expect(count).toBeLessThanOrEqual(4)
+      }
+      yield* Fiber.interrupt(takers)
+    }))
+
+  it.scoped("closing the store waits for an outcome still being written (a lease-expired exhaustion, which no taker waits for)", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const gate = yield* Deferred.make<void>()
+      const failed: Array<string> = []
+      const hooks = {
+        [name]: {
+          failed: (ref: EffectQueueStore.AttemptRef, failure: EffectQueueStore.FailureRecord) =>
+            Effect.zipRight(Deferred.await(gate), Effect.sync(() => void failed.push(`${ref.id}#${ref.attempt}:${failure.reason}`)))
+        }
+      }
+      // An item whose only attempt was claimed by a process that is gone, its lease run out.
+      const id = `${name}-orphan`
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, attempts, acquired_at, acquired_by, lease_expires_at, available_at, created_at, updated_at)
+                 VALUES (${id}, ${name}, '{"n":1}', 1, now() - interval '2 seconds', ${randomUUID()}, now() - interval '1 second', now(), now(), now())`.withoutTransform
+      const scope = yield* Scope.make()
+      const { queue } = yield* storeFor(name, { hooks }).pipe(Scope.extend(scope))
+      const taker = yield* Effect.fork(queue.take(() => Effect.void, { maxAttempts: 1 }))
+      yield* until(Effect.map(rowOf(name, id), (row) => row.attempts === 2))
+      yield* Fiber.interrupt(taker)
+      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      yield* Effect.sleep("300 millis")
+      expect(closing.unsafePoll()).toBeNull()
+      yield* Deferred.succeed(gate, undefined)
+      yield* within(Fiber.join(closing))
+      expect(failed).toEqual([`${id}#2:lease-expired`])
+      expect(yield* rowOf(name, id)).toMatchObject({ exhausted: true, last_failure: "lease-expired", leased: false, ended: true })
+    }))
+
+  it.scoped("one store serves several queues and attempt limits: each take gets only its own queue's items", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { queue, queueOf } = yield* storeFor(name)
+      const other = yield* queueOf(`${name}-other`)
+      const mine = yield* queue.offer({ n: 1 })
+      const theirs = yield* other.offer({ n: 2 })
+      expect(yield* within(other.take((_, meta) => Effect.succeed(meta.id)))).toBe(theirs)
+      expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.id), { maxAttempts: 3 }))).toBe(mine)
+      const next = yield* queue.offer({ n: 3 })
+      expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.id), { maxAttempts: 5 }))).toBe(next)
+    }))
+
+  it.scoped("an offer that cannot be stored fails as a PersistedQueueError: an element JSON cannot hold, or the database unreachable", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const { context, queue, sql } = yield* storeFor(name)
+      const wide = yield* PersistedQueue.make({ name, schema: Schema.Struct({ n: Schema.BigIntFromSelf }) }).pipe(Effect.provide(context))
+      const notJson = yield* Effect.flip(wide.offer({ n: 1n }))
+      expect(notJson).toBeInstanceOf(PersistedQueue.PersistedQueueError)
+      expect(notJson).toMatchObject({ message: "element is not JSON" })
+      yield* sql.failWhen((text) => text.includes("INSERT INTO effect_queue"))
+      const down = yield* Effect.flip(queue.offer({ n: 2 }).pipe(Effect.catchTag("ParseError", Effect.die)))
+      expect(down).toMatchObject({ message: "effect queue offer failed" })
+      expect((down as PersistedQueue.PersistedQueueError).cause).toMatchObject({ _tag: "SqlError" })
+      yield* sql.failWhen(undefined)
+      expect(yield* rowsOf(name)).toEqual([])
+    }))
+
+  it.scoped("a batch that mixes outcomes with and without a hook runs every hook", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const failed: Array<string> = []
+      const hooks = { [name]: { failed: (ref: EffectQueueStore.AttemptRef) => Effect.sync(() => void failed.push(ref.id)) } }
+      const { queue } = yield* storeFor(name, { hooks, leaseDuration: "60 seconds" })
+      const ids = yield* Effect.forEach(Array.from({ length: 10 }, (_, n) => n), (n) => queue.offer({ n }))
+      // All ten finish at once, so their outcomes are written in few batches, each mixing both kinds.
+      const go = yield* Deferred.make<void>()
+      let running = 0
+      const takers = yield* Effect.fork(Effect.all(
+        ids.map(() =>
+          Effect.exit(queue.take((value) =>
+            Effect.zipRight(
+              Effect.zipRight(Effect.sync(() => running++), Deferred.await(go)),
+              value.n % 2 === 0 ? Effect.void : new Flaky({ reason: "provider-5xx" })
+            )
+          ))
+        ),
+        { concurrency: "unbounded" }
+      ))
+      yield* until(Effect.sync(() => running === 10))
+      yield* Deferred.succeed(go, undefined)
+      yield* within(Fiber.join(takers))
+      const byN = new Map((yield* rowsOf(name)).map((row) => [row.id, row]))
+      expect(ids.map((id) => byN.get(id)!.completed)).toEqual(ids.map((_, n) => n % 2 === 0))
+      expect(failed.sort()).toEqual(ids.filter((_, n) => n % 2 === 1).sort())
     }))
 
   it.scoped("two stores with four takers each process 200 items exactly once, each in one attempt", () =>

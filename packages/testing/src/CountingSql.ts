@@ -6,55 +6,62 @@ import { Context, Effect, Layer, Stream } from "effect"
 /**
  * Every statement that reaches a PostgreSQL connection through this client, in order
  * (transaction control included). Tests use it to prove that a refused request did
- * no database work at all, rather than trusting the code's order of checks.
+ * no database work at all, rather than trusting the code's order of checks. `failWhen`
+ * makes the statements it matches fail as an unreachable database would, without
+ * reaching it (they are still counted); `undefined` ends that.
  */
 export class SqlCounter extends Context.Tag("@delivery/testing/SqlCounter")<
   SqlCounter,
-  { readonly statements: Effect.Effect<ReadonlyArray<string>>; readonly count: Effect.Effect<number> }
+  {
+    readonly statements: Effect.Effect<ReadonlyArray<string>>
+    readonly count: Effect.Effect<number>
+    readonly failWhen: (matches: ((sql: string) => boolean) | undefined) => Effect.Effect<void>
+  }
 >() {}
 
-const counting = (conn: SqlConnection.Connection, seen: Array<string>): SqlConnection.Connection => ({
-  execute: (sql, params, transformRows) =>
-    Effect.suspend(() => {
-      seen.push(sql)
-      return conn.execute(sql, params, transformRows)
-    }),
-  executeRaw: (sql, params) =>
-    Effect.suspend(() => {
-      seen.push(sql)
-      return conn.executeRaw(sql, params)
-    }),
-  executeValues: (sql, params) =>
-    Effect.suspend(() => {
-      seen.push(sql)
-      return conn.executeValues(sql, params)
-    }),
-  executeUnprepared: (sql, params, transformRows) =>
-    Effect.suspend(() => {
-      seen.push(sql)
-      return conn.executeUnprepared(sql, params, transformRows)
-    }),
-  executeStream: (sql, params, transformRows) =>
-    Stream.suspend(() => {
-      seen.push(sql)
-      return conn.executeStream(sql, params, transformRows)
-    })
-})
+const unreachable = () =>
+  new SqlError.SqlError({ message: "connection refused", cause: Object.assign(new Error("down"), { code: "08006" }) })
+
+interface Observed {
+  readonly seen: Array<string>
+  failing: ((sql: string) => boolean) | undefined
+}
+
+const counting = (conn: SqlConnection.Connection, observed: Observed): SqlConnection.Connection => {
+  const faulty = (sql: string) => {
+    observed.seen.push(sql)
+    return observed.failing?.(sql) === true
+  }
+  return {
+    execute: (sql, params, transformRows) =>
+      Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.execute(sql, params, transformRows))),
+    executeRaw: (sql, params) => Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeRaw(sql, params))),
+    executeValues: (sql, params) => Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeValues(sql, params))),
+    executeUnprepared: (sql, params, transformRows) =>
+      Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeUnprepared(sql, params, transformRows))),
+    executeStream: (sql, params, transformRows) =>
+      Stream.suspend(() => (faulty(sql) ? Stream.fail(unreachable()) : conn.executeStream(sql, params, transformRows)))
+  }
+}
 
 /** A `SqlClient` over the suite's `PgClient` whose every statement is counted. */
 export const CountingSqlLive = Layer.effectContext(
   Effect.gen(function* () {
     const pg = yield* PgClient.PgClient
-    const seen: Array<string> = []
+    const observed: Observed = { seen: [], failing: undefined }
     const client = yield* SqlClient.make({
-      acquirer: Effect.map(pg.reserve, (conn) => counting(conn, seen)),
+      acquirer: Effect.map(pg.reserve, (conn) => counting(conn, observed)),
       compiler: PgClient.makeCompiler(),
       spanAttributes: []
     })
     return Context.make(SqlClient.SqlClient, client).pipe(
       Context.add(SqlCounter, {
-        statements: Effect.sync(() => seen.slice()),
-        count: Effect.sync(() => seen.length)
+        statements: Effect.sync(() => observed.seen.slice()),
+        count: Effect.sync(() => observed.seen.length),
+        failWhen: (matches) =>
+          Effect.sync(() => {
+            observed.failing = matches
+          })
       })
     )
   }).pipe(Effect.provide(Reactivity.layer))
@@ -64,9 +71,7 @@ export const CountingSqlLive = Layer.effectContext(
 export const UnreachableSqlLive = Layer.effect(
   SqlClient.SqlClient,
   SqlClient.make({
-    acquirer: Effect.fail(
-      new SqlError.SqlError({ message: "connection refused", cause: Object.assign(new Error("down"), { code: "08006" }) })
-    ),
+    acquirer: Effect.sync(unreachable).pipe(Effect.flip),
     compiler: PgClient.makeCompiler(),
     spanAttributes: []
   })
