@@ -1,13 +1,13 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff, Canonical, ProviderHttp } from "@delivery/core"
 import { fingerprint, Mailer, MailMessage } from "@delivery/mail"
-import { LoopbackProvider, LoopbackReply, outcomesCounted } from "@delivery/testing"
+import { CountingSqlLive, logProbe, LoopbackProvider, LoopbackReply, outcomesCounted, SqlCounter } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import { deliveryLoop, DeliverySettings, makeDeliver, notificationHooks } from "../src/Delivery.ts"
+import { cleanupLoop, deliveryLoop, DeliverySettings, makeDeliver, notificationHooks } from "../src/Delivery.ts"
 import { type SubmitApplication, SubmitApplication as SubmitApplicationSchema } from "../src/Domain.ts"
 import { QUEUE_NAME } from "../src/Domain.ts"
 import * as EffectQueueStore from "../src/EffectQueueStore.ts"
@@ -62,12 +62,13 @@ const processFor = (options: {
       TeamApplicationsRepo.Default,
       mail
     ).pipe(Layer.provideMerge(store))
-    const context = yield* Layer.build(TeamApplications.Default.pipe(Layer.provideMerge(shared)))
+    // The process's one client: its statements are counted and can be made to fail (SqlCounter).
+    const context = yield* Layer.build(TeamApplications.Default.pipe(Layer.provideMerge(shared), Layer.provideMerge(CountingSqlLive)))
     const queue = Context.get(context, NotificationQueue)
     const deliver = yield* Effect.provide(makeDeliver, context)
     /** One attempt, as the worker's tick makes it; its failure is recorded by the queue and returned here. */
     const attempt = Effect.exit(queue.take(deliver, { maxAttempts: t.maxAttempts }))
-    return { applications: Context.get(context, TeamApplications), queue, attempt, context, timing: t }
+    return { applications: Context.get(context, TeamApplications), queue, attempt, context, timing: t, sql: Context.get(context, SqlCounter) }
   })
 
 const counted = (outcome: string) => outcomesCounted("team-applications", outcome)
@@ -473,6 +474,53 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       const states = yield* statesOf(response.application.id)
       expect(states.map((s) => s.state)).toEqual(["delivered", "delivered"])
       expect(states.map((s) => s.attempts).sort()).toEqual([1, 2])
+    }))
+
+  it.scoped("the outbox row unreadable for one attempt: the attempt fails as storage-unavailable (kept by the queue and the outbox), nothing is sent, and the retry delivers", () =>
+    Effect.gen(function* () {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* sweep
+      const proc = yield* processFor({ timing: { retryBase: Duration.millis(50), retryCap: Duration.millis(50) } })
+      const { response } = yield* submit(proc, tenantId())
+      const ids = response.notifications.map((n) => n.effectId)
+      yield* proc.sql.failWhen((text) => text.includes("SELECT envelope, envelope_sha256, outcome FROM team_application_outbox"))
+      const failed = yield* within(proc.attempt)
+      yield* proc.sql.failWhen(undefined)
+      expect(Exit.isFailure(failed)).toBe(true)
+      const sql = yield* SqlClient.SqlClient
+      const queueRows = yield* sql<{ readonly last_failure: string | null; readonly attempts: number }>`
+        SELECT last_failure, attempts FROM effect_queue WHERE id = ANY(${ids}) AND attempts > 0`.withoutTransform
+      expect(queueRows).toEqual([{ last_failure: "storage-unavailable", attempts: 1 }])
+      const states = yield* statesOf(response.application.id)
+      expect(states.filter((s) => s.failures > 0).map((s) => [s.state, s.last_error])).toEqual([["failed", "storage-unavailable"]])
+      expect(yield* provider.requests).toHaveLength(0)
+      yield* deliverAll(proc, response.application.id)
+      expect((yield* statesOf(response.application.id)).map((s) => s.state)).toEqual(["delivered", "delivered"])
+    }))
+
+  it.scoped("'The worker removes queue items that completed more than 30 days ago once an hour': the clean-up loop's first run removes them at once and logs the count; a failed run is logged and the loop waits for the next", () =>
+    Effect.gen(function* () {
+      yield* sweep
+      const sql = yield* SqlClient.SqlClient
+      const proc = yield* processFor()
+      const old = `cleanup-${randomBytes(6).toString("hex")}`
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, completed, attempts, ended_at, available_at, created_at, updated_at)
+                 VALUES (${old}, ${QUEUE_NAME}, '{}', true, 1, now() - interval '31 days', now(), now(), now())`.withoutTransform
+      const logs = yield* logProbe
+      yield* proc.sql.failWhen((text) => text.includes("DELETE FROM effect_queue"))
+      const failing = yield* Effect.fork(Effect.provide(cleanupLoop, Layer.merge(Layer.succeedContext(proc.context), logs.layer)))
+      yield* within(logs.next((entry) => entry.message.includes("queue clean-up failed")))
+      expect(yield* queueRowsOf([old])).toHaveLength(1)
+      expect(failing.unsafePoll()).toBeNull()
+      yield* Fiber.interrupt(failing)
+      yield* proc.sql.failWhen(undefined)
+      const loop = yield* Effect.fork(Effect.provide(cleanupLoop, Layer.merge(Layer.succeedContext(proc.context), logs.layer)))
+      const removed = yield* within(logs.next((entry) => entry.message.includes("ended queue items removed")))
+      expect(removed.annotations).toMatchObject({ removed: 1 })
+      expect(yield* queueRowsOf([old])).toEqual([])
+      expect(loop.unsafePoll()).toBeNull()
+      yield* Fiber.interrupt(loop)
     }))
 
   it.scoped("notifications are rendered word for word: the applicant's confirmation and the team's mail with the applicant's contact and message, HTML escaped", () =>
