@@ -146,6 +146,12 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect((yield* rowOf(name, id)).last_failure).toBe("handler-died")
       yield* Effect.exit(within(queue.take(() => new Flaky({ reason: "Not A Code" }))))
       expect((yield* rowOf(name, id)).last_failure).toBe("handler-failed")
+      // A bare null failure, on an item of its own.
+      const bareName = queueName()
+      const bareStore = yield* storeFor(bareName)
+      const bare = yield* bareStore.queue.offer({ n: 2 })
+      yield* Effect.exit(within(bareStore.queue.take(() => Effect.fail(null))))
+      expect(yield* rowOf(bareName, bare)).toMatchObject({ attempts: 1, last_failure: "handler-failed", leased: false })
     }))
 
   it.scoped("after maxAttempts failed attempts the item ends exhausted and is never taken again", () =>
@@ -398,6 +404,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(Exit.isFailure(exit) && Cause.failureOption(exit.cause).pipe((f) => f._tag === "Some" && f.value instanceof PersistedQueue.PersistedQueueError)).toBe(true)
       expect(yield* rowOf(name, damaged)).toMatchObject({ attempts: 1, exhausted: true, completed: false, ended: true, leased: false, acquired_by: null, last_failure: "element-invalid" })
       expect(failures).toEqual([`${damaged}#1:element-invalid:true`])
+      expect(Exit.isFailure(exit) && Cause.failureOption(exit.cause).pipe(Option.getOrThrow)).toMatchObject({ message: `effect queue item ${damaged} holds no JSON` })
       const next = yield* queue.offer({ n: 2 })
       expect(yield* within(queue.take((value, meta) => Effect.succeed([meta.id, value.n])))).toEqual([next, 2])
     }))
@@ -441,7 +448,8 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
   it.scoped("a live lease is refreshed every third of its length, and only this owner's claimed items are refreshed", () =>
     Effect.gen(function* () {
       const name = queueName()
-      const { queue } = yield* storeFor(name, { leaseDuration: "3 seconds" })
+      const logs = yield* logProbe
+      const { queue } = yield* storeFor(name, { leaseDuration: "3 seconds" }).pipe(Effect.provide(logs.layer))
       const id = yield* queue.offer({ n: 1 })
       const other = yield* queue.offer({ n: 2 })
       const sql = yield* SqlClient.SqlClient
@@ -459,6 +467,9 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(Math.min(...own)).toBeLessThan(2_600)
       expect(Math.max(...own)).toBeLessThanOrEqual(3_000)
       expect(samples.map(([, ms]) => ms)).toEqual(samples.map(() => null))
+      // Nothing was lost or refused, so nothing says so.
+      const warned = logs.next((entry) => entry.message.includes("leases lost") || entry.message.includes("outcomes refused"))
+      expect(yield* warned.pipe(Effect.timeoutOption("300 millis"))).toEqual(Option.none())
     }))
 
   it.scoped("a failed lease refresh is tried again at the next interval: the attempt keeps its lease and no other store takes the item", () =>
@@ -505,6 +516,11 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
     Effect.gen(function* () {
       const name = queueName()
       const { queue, sql } = yield* storeFor(name, { pollInterval: "200 millis" })
+      // An offer woke the waiting taker's poller once before; it must not stay awake.
+      const first = yield* Effect.fork(queue.take(() => Effect.void))
+      yield* Effect.sleep("100 millis")
+      yield* queue.offer({ n: 0 })
+      yield* within(Fiber.join(first))
       const before = claims(yield* sql.statements)
       const waited = yield* queue.take(() => Effect.succeed("none")).pipe(Effect.timeoutOption("1 second"))
       expect(waited).toEqual(Option.none())
