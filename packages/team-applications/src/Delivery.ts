@@ -14,6 +14,7 @@ export class DeliverySettings extends Context.Tag("@delivery/team-applications/D
  * A failed attempt the queue retries after its delay: a provider timeout (ambiguous), a 5xx or a transport error,
  * with the provider's Retry-After when it gave one, or the outbox unreadable.
  */
+// Stryker disable next-line StringLiteral: the tag is never read (`instanceof` decides, the queue keeps `reason`)
 export class DeliveryFailed extends Data.TaggedError("DeliveryFailed")<{
   readonly reason: string
   readonly retryAfter?: Duration.Duration

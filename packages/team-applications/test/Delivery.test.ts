@@ -5,7 +5,7 @@ import { CountingSqlLive, logProbe, LoopbackProvider, LoopbackReply, outcomesCou
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schema } from "effect"
+import { Cause, Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Redacted, Schema } from "effect"
 import { createHash, randomBytes } from "node:crypto"
 import { cleanupLoop, deliveryLoop, DeliverySettings, makeDeliver, notificationHooks } from "../src/Delivery.ts"
 import { type SubmitApplication, SubmitApplication as SubmitApplicationSchema } from "../src/Domain.ts"
@@ -438,7 +438,7 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       const proc = yield* processFor()
       const orphan = crypto.randomUUID()
       yield* proc.queue.offer({ effect: orphan }, { id: orphan })
-      yield* within(proc.attempt)
+      expect(yield* within(proc.attempt)).toEqual(Exit.succeed({ outcome: "envelope-invalid", code: "envelope-missing" }))
       expect(yield* queueRowsOf([orphan])).toMatchObject([{ completed: true, attempts: 1 }])
       const { response } = yield* submit(proc, tenantId())
       const ids = response.notifications.map((n) => n.effectId)
@@ -574,22 +574,55 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       const provider = yield* LoopbackProvider
       yield* provider.reset
       yield* sweep
-      const proc = yield* processFor({ timing: { maxAttempts: 2, retryBase: Duration.millis(20), retryCap: Duration.millis(20) } })
+      const proc = yield* processFor({ timing: { maxAttempts: 3, retryBase: Duration.millis(20), retryCap: Duration.millis(20) } })
       const before = { retry: yield* counted("retry"), exhausted: yield* counted("exhausted"), delivered: yield* counted("delivered") }
       yield* provider.script({ path: "/emails", reply: LoopbackReply.status(503) })
       const failing = yield* submit(proc, tenantId())
       const loop = yield* Effect.fork(Effect.provide(deliveryLoop, proc.context))
       yield* until(Effect.map(statesOf(failing.response.application.id), (states) => states.every((s) => s.state === "exhausted")))
-      // Two attempts each, no third: the loop's bound, not the queue's default.
-      expect((yield* statesOf(failing.response.application.id)).map((s) => s.attempts)).toEqual([2, 2])
+      // Three attempts each, no fourth: the loop's bound, not the queue's default.
+      expect((yield* statesOf(failing.response.application.id)).map((s) => s.attempts)).toEqual([3, 3])
       yield* until(Effect.map(counted("exhausted"), (n) => n === before.exhausted + 2))
-      expect(yield* counted("retry")).toBe(before.retry + 2)
+      expect(yield* counted("retry")).toBe(before.retry + 4)
 
       yield* provider.reset
       const delivered = yield* submit(proc, tenantId())
       yield* until(Effect.map(statesOf(delivered.response.application.id), (states) => states.every((s) => s.state === "delivered")))
       yield* until(Effect.map(counted("delivered"), (n) => n === before.delivered + 2))
       yield* Fiber.interrupt(loop)
-      expect({ retry: yield* counted("retry"), exhausted: yield* counted("exhausted") }).toEqual({ retry: before.retry + 2, exhausted: before.exhausted + 2 })
+      expect({ retry: yield* counted("retry"), exhausted: yield* counted("exhausted") }).toEqual({ retry: before.retry + 4, exhausted: before.exhausted + 2 })
+    }))
+
+  it.scoped("the worker's loop logs a provider's refusal by its code and any other failure whole, counts only attempts it made, and goes on", () =>
+    Effect.gen(function* () {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* sweep
+      const sql = yield* SqlClient.SqlClient
+      const proc = yield* processFor({ timing: { retryBase: Duration.millis(20), retryCap: Duration.millis(20) } })
+      const logs = yield* logProbe
+      const before = { retry: yield* counted("retry"), exhausted: yield* counted("exhausted") }
+      // A damaged queue item (a fixture step): its take fails before any attempt is made.
+      const damaged = crypto.randomUUID()
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, available_at, created_at, updated_at)
+                 VALUES (${damaged}, ${QUEUE_NAME}, 'not json', now(), now(), now())`.withoutTransform
+      const loop = yield* Effect.fork(Effect.provide(deliveryLoop, Layer.merge(Layer.succeedContext(proc.context), logs.layer)))
+      const whole = yield* within(logs.next((entry) => entry.message.includes("notification attempt failed")))
+      expect(whole.annotations).not.toHaveProperty("reason")
+      expect(whole.cause).toContain("holds no JSON")
+      expect({ retry: yield* counted("retry"), exhausted: yield* counted("exhausted") }).toEqual(before)
+      yield* provider.script({ path: "/emails", reply: LoopbackReply.status(503), times: 1 })
+      yield* submit(proc, tenantId())
+      const refused = yield* within(logs.next((entry) => entry.message.includes("notification attempt failed")))
+      expect(refused.annotations).toMatchObject({ reason: "provider-5xx" })
+      expect(refused.cause).toBeUndefined()
+      expect(loop.unsafePoll()).toBeNull()
+      yield* Fiber.interrupt(loop)
+    }))
+
+  it.scoped("a completion that is not an attempt's result is a defect: the hook records nothing", () =>
+    Effect.gen(function* () {
+      const exit = yield* Effect.exit(notificationHooks.completed!({ id: crypto.randomUUID(), attempt: 1 }, { outcome: "sent-somewhere" }))
+      expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
     }))
 })

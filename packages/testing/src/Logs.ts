@@ -1,8 +1,10 @@
-import { Effect, HashMap, Logger, Queue } from "effect"
+import { Cause, Effect, HashMap, Logger, Queue } from "effect"
 
 export interface LogEntry {
   readonly message: string
   readonly annotations: Readonly<Record<string, unknown>>
+  /** The cause logged with the message, rendered; absent when none was. */
+  readonly cause?: string
 }
 
 /**
@@ -12,10 +14,11 @@ export interface LogEntry {
  */
 export const logProbe = Effect.gen(function* () {
   const entries = yield* Queue.unbounded<LogEntry>()
-  const logger = Logger.make(({ annotations, message }) => {
+  const logger = Logger.make(({ annotations, cause, message }) => {
     Queue.unsafeOffer(entries, {
       message: (Array.isArray(message) ? message : [message]).map(String).join(" "),
-      annotations: Object.fromEntries(HashMap.toEntries(annotations))
+      annotations: Object.fromEntries(HashMap.toEntries(annotations)),
+      ...(Cause.isEmpty(cause) ? {} : { cause: Cause.pretty(cause) })
     })
   })
   /** Waits for the next entry that satisfies `predicate`, skipping the others. */
