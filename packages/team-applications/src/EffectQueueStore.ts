@@ -398,8 +398,8 @@ export const make = (options: EffectQueueOptions) =>
       })
 
     const take: PersistedQueue.PersistedQueueStore["Type"]["take"] = ({ maxAttempts, name }) =>
-      Effect.uninterruptibleMask((restore) => {
-        return Effect.flatMap(laneFor(name, maxAttempts), (lane) => {
+      Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(laneFor(name, maxAttempts), (lane) => {
           const ready = lane.buffer.shift()
           // Taking from the buffer may leave fewer than a round of items: the poller decides whether to claim.
           // Stryker disable next-line ConditionalExpression: without an item ready, waitForItem opens the demand itself
@@ -427,7 +427,7 @@ export const make = (options: EffectQueueOptions) =>
             return Effect.as(finalizer, { id: item.id, attempts: item.attempt - 1, element: element.right })
           })
         })
-      })
+      )
 
     const offer: PersistedQueue.PersistedQueueStore["Type"]["offer"] = ({ element, id, name }) =>
       Effect.gen(function* () {

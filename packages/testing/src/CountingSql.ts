@@ -28,19 +28,18 @@ interface Observed {
 }
 
 const counting = (conn: SqlConnection.Connection, observed: Observed): SqlConnection.Connection => {
-  const faulty = (sql: string) => {
-    observed.seen.push(sql)
-    return observed.failing?.(sql) === true
-  }
+  /** Counts the statement, then runs it, or fails it when it matches. */
+  const through = <A>(sql: string, run: () => Effect.Effect<A, SqlError.SqlError>) =>
+    Effect.suspend(() => {
+      observed.seen.push(sql)
+      return observed.failing?.(sql) === true ? Effect.fail(unreachable()) : run()
+    })
   return {
-    execute: (sql, params, transformRows) =>
-      Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.execute(sql, params, transformRows))),
-    executeRaw: (sql, params) => Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeRaw(sql, params))),
-    executeValues: (sql, params) => Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeValues(sql, params))),
-    executeUnprepared: (sql, params, transformRows) =>
-      Effect.suspend(() => (faulty(sql) ? Effect.fail(unreachable()) : conn.executeUnprepared(sql, params, transformRows))),
-    executeStream: (sql, params, transformRows) =>
-      Stream.suspend(() => (faulty(sql) ? Stream.fail(unreachable()) : conn.executeStream(sql, params, transformRows)))
+    execute: (sql, params, transformRows) => through(sql, () => conn.execute(sql, params, transformRows)),
+    executeRaw: (sql, params) => through(sql, () => conn.executeRaw(sql, params)),
+    executeValues: (sql, params) => through(sql, () => conn.executeValues(sql, params)),
+    executeUnprepared: (sql, params, transformRows) => through(sql, () => conn.executeUnprepared(sql, params, transformRows)),
+    executeStream: (sql, params, transformRows) => Stream.unwrap(through(sql, () => Effect.succeed(conn.executeStream(sql, params, transformRows))))
   }
 }
 
