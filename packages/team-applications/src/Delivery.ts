@@ -1,7 +1,7 @@
 import { Backoff, type DeliveryOutcome, recordOutcome as countOutcome, timeProviderCall, workerLayer } from "@delivery/core"
 import { Mailer, thawMessage } from "@delivery/mail"
 import { Cause, Context, Data, Duration, Effect, Either, Exit, Option, Schema } from "effect"
-import { EffectQueue, type QueueHooks } from "./EffectQueueStore.ts"
+import { EffectQueue, endedElementInvalid, type QueueHooks } from "./EffectQueueStore.ts"
 import { QUEUE_NAME } from "./Domain.ts"
 import { NotificationQueue, type QueueItem } from "./TeamApplications.ts"
 import { CLEANUP_INTERVAL, type DeliveryTiming, QUEUE_RETENTION } from "./TeamApplicationsConfig.ts"
@@ -84,14 +84,15 @@ export const makeDeliver = Effect.gen(function* () {
 
 /**
  * What the queue recorded for a finished `take`: the settled outcome, or a failed attempt retried later, or, on the
- * last allowed attempt, exhausted (the store's rule: the attempt number reached maxAttempts). Other failures (the
- * store itself) recorded nothing.
+ * last allowed attempt, exhausted (the store's rule: the attempt number reached maxAttempts), or exhausted for an
+ * item whose stored element is not JSON (the store ended it so). Other failures (the store itself) recorded nothing.
  */
 const recordedOutcome = (exit: Exit.Exit<AttemptResult, unknown>, attempt: number, maxAttempts: number): DeliveryOutcome | undefined => {
   if (Exit.isSuccess(exit)) return exit.value.outcome
   const failure = Cause.failureOption(exit.cause)
-  if (Option.isSome(failure) && failure.value instanceof DeliveryFailed) return attempt >= maxAttempts ? "exhausted" : "retry"
-  return undefined
+  if (Option.isNone(failure)) return undefined
+  if (failure.value instanceof DeliveryFailed) return attempt >= maxAttempts ? "exhausted" : "retry"
+  return endedElementInvalid(failure.value) ? "exhausted" : undefined
 }
 
 /** Spec 002: one attempt per tick, then the poll interval. An attempt's outcome is recorded by the queue itself. */

@@ -1,7 +1,7 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff, makeBatcher } from "@delivery/core"
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Cause, Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Predicate } from "effect"
+import { Cause, Context, Data, Duration, Effect, Either, Exit, Fiber, Layer, Option, Predicate } from "effect"
 import { randomUUID } from "node:crypto"
 
 // A project-owned `PersistedQueueStore` over `effect_queue` (migrations/0018): Effect's `PersistedQueue` interface
@@ -116,6 +116,16 @@ const retryAfterOf = (cause: Cause.Cause<unknown>): Option.Option<Duration.Durat
 
 const persistedQueueError = (message: string) => (cause: unknown) =>
   new PersistedQueue.PersistedQueueError({ message, cause })
+
+/** Why a stored element could not be read: the cause of the `PersistedQueueError` its take fails with. */
+class ElementInvalid extends Data.TaggedError("ElementInvalid")<{ readonly cause: unknown }> {}
+
+/**
+ * The failure of a take that found its item's stored element not JSON: that item already ended `exhausted`
+ * (`element-invalid`), its failed hook ran, so the family counts it as an exhausted outcome.
+ */
+export const endedElementInvalid = (error: unknown): boolean =>
+  error instanceof PersistedQueue.PersistedQueueError && error.cause instanceof ElementInvalid
 
 export const make = (options: EffectQueueOptions) =>
   Effect.gen(function* () {
@@ -412,7 +422,7 @@ export const make = (options: EffectQueueOptions) =>
             if (Either.isLeft(element)) {
               return Effect.zipRight(
                 settle(item, { _tag: "failed", reason: "element-invalid", delayMs: 0, exhausted: true }),
-                Effect.fail(persistedQueueError(`effect queue item ${item.id} holds no JSON`)(element.left))
+                Effect.fail(persistedQueueError(`effect queue item ${item.id} holds no JSON`)(new ElementInvalid({ cause: element.left })))
               )
             }
             lane.active += 1

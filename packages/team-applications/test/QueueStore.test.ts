@@ -383,7 +383,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(row.due_in_ms).toBeLessThanOrEqual(0)
     }))
 
-  it.scoped("an item whose stored element is not JSON ends exhausted as element-invalid without a handler, its failed hook runs, and the queue goes on", () =>
+  it.scoped("an item whose stored element is not JSON ends exhausted as element-invalid without a handler, its failed hook runs, its take's failure says so, and the queue goes on", () =>
     Effect.gen(function* () {
       const name = queueName()
       const sql = yield* SqlClient.SqlClient
@@ -405,6 +405,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(yield* rowOf(name, damaged)).toMatchObject({ attempts: 1, exhausted: true, completed: false, ended: true, leased: false, acquired_by: null, last_failure: "element-invalid" })
       expect(failures).toEqual([`${damaged}#1:element-invalid:true`])
       expect(Exit.isFailure(exit) && Cause.failureOption(exit.cause).pipe(Option.getOrThrow)).toMatchObject({ message: `effect queue item ${damaged} holds no JSON` })
+      expect(Exit.isFailure(exit) && EffectQueueStore.endedElementInvalid(Cause.failureOption(exit.cause).pipe(Option.getOrThrow))).toBe(true)
       const next = yield* queue.offer({ n: 2 })
       expect(yield* within(queue.take((value, meta) => Effect.succeed([meta.id, value.n])))).toEqual([next, 2])
     }))
@@ -610,7 +611,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(yield* within(queue.take((_, meta) => Effect.succeed(meta.id), { maxAttempts: 5 }))).toBe(next)
     }))
 
-  it.scoped("an offer that cannot be stored fails as a PersistedQueueError: an element JSON cannot hold, or the database unreachable", () =>
+  it.scoped("an offer that cannot be stored fails as a PersistedQueueError that ended no item: an element JSON cannot hold, or the database unreachable", () =>
     Effect.gen(function* () {
       const name = queueName()
       const { context, queue, sql } = yield* storeFor(name)
@@ -622,6 +623,8 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       const down = yield* Effect.flip(queue.offer({ n: 2 }).pipe(Effect.catchTag("ParseError", Effect.die)))
       expect(down).toMatchObject({ message: "effect queue offer failed" })
       expect((down as PersistedQueue.PersistedQueueError).cause).toMatchObject({ _tag: "SqlError" })
+      // Neither ended an item: only a take that found a damaged element reports one.
+      expect([notJson, down].map(EffectQueueStore.endedElementInvalid)).toEqual([false, false])
       yield* sql.failWhen(undefined)
       expect(yield* rowsOf(name)).toEqual([])
     }))
