@@ -1,11 +1,12 @@
 import { FileSystem } from "@effect/platform"
+import { SystemError } from "@effect/platform/Error"
 import { BunContext } from "@effect/platform-bun"
 import { expect, layer } from "@effect/vitest"
-import { Cause, Effect, Exit, Fiber, Layer, Option, Schedule, Stream } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Layer, Option, ParseResult, Schedule, Schema, Stream } from "effect"
 import { createHash, randomBytes, randomUUID } from "node:crypto"
 import * as NFS from "node:fs"
 import * as NodePath from "node:path"
-import { checkRoots, FileStore, FileStoreLive, RootInvalid } from "../src/FileStore.ts"
+import { checkRoots, FileStore, FileStoreLive, ReceiptFileId, RootInvalid, Sha256Hex } from "../src/FileStore.ts"
 import { makeUnwritable, names, tempRoots } from "./support/TempRoots.ts"
 
 // The private file storage of receipts (spec 002, "Receipt work") on real files in /tmp/rfs-* roots: staging
@@ -37,6 +38,19 @@ const modeOf = (path: string) => NFS.statSync(path).mode & 0o777
 
 const defectMessage = <A, E>(exit: Exit.Exit<A, E>) =>
   Exit.isFailure(exit) && Cause.isDie(exit.cause) ? String((Cause.squash(exit.cause) as Error).message) : undefined
+
+/** The platform's file system, where opening `dir` itself (a directory sync) fails as the operating system would. */
+const directorySyncFailsIn = (dir: string) =>
+  Layer.effect(
+    FileSystem.FileSystem,
+    Effect.map(FileSystem.FileSystem, (fs) => ({
+      ...fs,
+      open: (path: string, options?: FileSystem.OpenFileOptions) =>
+        path === dir
+          ? Effect.fail(new SystemError({ reason: "Unknown", module: "FileSystem", method: "open", pathOrDescriptor: path, description: "EIO" }))
+          : fs.open(path, options)
+    }))
+  )
 
 layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (it) => {
   it.scoped("stage streams the body into staging/<fileId> (mode 0600), computing its SHA-256 and size while streaming; no temporary file remains", () =>
@@ -210,7 +224,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
         `${good}\0`,
         ` ${good}`
       ]
-      const badDigests = ["../" + "a".repeat(61), "A".repeat(64), "a".repeat(63), `${"a".repeat(64)}/`, `../staging/${good}`]
+      const badDigests = ["../" + "a".repeat(61), "../" + "a".repeat(64), "A".repeat(64), "a".repeat(63), `${"a".repeat(64)}/`, `../staging/${good}`]
       let pulled = 0
       const body = Stream.suspend(() => {
         pulled++
@@ -234,6 +248,54 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
       expect(yield* names(roots.base)).toEqual(["staging", "storage"])
       expect(yield* names(roots.staging)).toEqual([])
       expect(yield* names(roots.storage)).toEqual([])
+    }))
+
+  it.scoped("client input is decoded with ReceiptFileId and Sha256Hex, whose refusals say what is expected and never quote the value", () =>
+    Effect.sync(() => {
+      const refusal = <A>(schema: Schema.Schema<A, string>, value: string) =>
+        Either.match(Schema.decodeUnknownEither(schema)(value), {
+          onLeft: (error) => ParseResult.TreeFormatter.formatErrorSync(error),
+          onRight: () => "accepted"
+        })
+      const id = randomUUID()
+      expect(refusal(ReceiptFileId, id)).toBe("accepted")
+      expect(refusal(ReceiptFileId, `../${id}`)).toBe("Expected a lower-case UUID")
+      expect(refusal(ReceiptFileId, id.toUpperCase())).toBe("Expected a lower-case UUID")
+      expect(refusal(Sha256Hex, "a".repeat(64))).toBe("accepted")
+      expect(refusal(Sha256Hex, `../${"a".repeat(64)}`)).toBe("Expected 64 lower-case hex digits")
+      expect(refusal(Sha256Hex, "A".repeat(64))).toBe("Expected 64 lower-case hex digits")
+    }))
+
+  it.scoped("stage's limits must be whole numbers (maxBytes above 0, a declared length 0 or more): anything else is a defect, before the body is read or a file made", () =>
+    Effect.gen(function* () {
+      const { roots, store } = yield* freshStore
+      let pulled = 0
+      const body = Stream.suspend(() => {
+        pulled++
+        return Stream.make(new Uint8Array(1))
+      })
+      for (const maxBytes of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+        const exit = yield* Effect.exit(store.stage(randomUUID(), body, { maxBytes }))
+        expect(defectMessage(exit)).toBe("FileStore.stage: maxBytes must be a positive integer")
+      }
+      for (const declaredLength of [-1, 0.5, Number.NaN]) {
+        const exit = yield* Effect.exit(store.stage(randomUUID(), body, { maxBytes: 10, declaredLength }))
+        expect(defectMessage(exit)).toBe("FileStore.stage: declaredLength must be a non-negative integer")
+      }
+      expect(pulled).toBe(0)
+      expect(yield* names(roots.staging)).toEqual([])
+      // The smallest limits that are allowed.
+      expect(yield* store.stage(randomUUID(), body, { maxBytes: 1 })).toMatchObject({ size: 1 })
+      expect(yield* Effect.flip(store.stage(randomUUID(), body, { maxBytes: 1, declaredLength: 0 }))).toMatchObject({ reason: "upload-empty" })
+    }))
+
+  it.scoped("a staged file whose directory cannot be synced is not published: stage fails io-error and the staged name is taken back", () =>
+    Effect.gen(function* () {
+      const roots = yield* tempRoots
+      const store = yield* Effect.provide(FileStore, FileStoreLive(roots).pipe(Layer.provide(directorySyncFailsIn(roots.staging))))
+      const failure = yield* Effect.flip(store.stage(randomUUID(), chunked(randomBytes(5_000)), { maxBytes: 10_000 }))
+      expect(failure).toMatchObject({ _tag: "ReceiptStorageError", operation: "stage", code: "io-error" })
+      expect(yield* names(roots.staging)).toEqual([])
     }))
 
   it.scoped("promote is idempotent by digest: promoted, then already-promoted; storage/<sha256> holds the exact bytes", () =>
@@ -374,7 +436,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
       expect(yield* Effect.flip(store.auditCheck(staged.sha256))).toMatchObject({ operation: "audit-check", code: "missing" })
     }))
 
-  it.scoped("an operating-system failure is io-error with a stable code only, never a path or an OS message", () =>
+  it.scoped("an operating-system failure is io-error with a stable code and its operation only, never a path or an OS message", () =>
     Effect.gen(function* () {
       const { roots, store } = yield* freshStore
       const staged = yield* stageBytes(store, randomBytes(1_000))
@@ -384,6 +446,14 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
       expect(failure).toMatchObject({ _tag: "ReceiptStorageError", operation: "audit-check", code: "io-error" })
       expect(JSON.stringify(failure)).not.toContain(roots.base)
       expect(Object.keys(failure).sort()).toEqual(["_tag", "code", "operation"])
+      // Each operation names itself.
+      expect(yield* Effect.flip(store.promote(staged.fileId, staged.sha256))).toMatchObject({ operation: "promote", code: "io-error" })
+      expect(yield* Effect.flip(store.deleteStaged(staged.fileId, staged.sha256))).toMatchObject({ operation: "delete-staged", code: "io-error" })
+      expect(yield* names(roots.staging)).toEqual([staged.fileId])
+      // The staging root gone: the temporary file cannot be created.
+      NFS.rmSync(roots.staging, { recursive: true })
+      const stage = yield* Effect.flip(store.stage(randomUUID(), chunked(randomBytes(1_000)), { maxBytes: 10_000 }))
+      expect(stage).toMatchObject({ _tag: "ReceiptStorageError", operation: "stage", code: "io-error" })
     }))
 
   it.scoped("memory stays bounded: a 50 MiB body is staged, promoted and audited in 64 KiB steps, each chunk on disk before the next is read", () =>
@@ -441,6 +511,7 @@ layer(BunContext.layer, { excludeTestServices: true })("checkRoots: RECEIPT_STAG
   const refusal = (roots: { readonly staging: string; readonly storage: string }) =>
     Effect.flip(checkRoots(roots)).pipe(Effect.tap((error) => {
       expect(error).toBeInstanceOf(RootInvalid)
+      expect(error._tag).toBe("RootInvalid")
       // The message names the variables, never the paths.
       expect(error.message).not.toContain("/tmp")
     }))
@@ -463,7 +534,7 @@ layer(BunContext.layer, { excludeTestServices: true })("checkRoots: RECEIPT_STAG
       expect(empty.problems).toEqual([{ variable: "RECEIPT_STORAGE_ROOT", problem: "not-absolute" }])
     }))
 
-  it.scoped("a missing root is refused missing, and a file is refused not-a-directory, naming the variable", () =>
+  it.scoped("a missing root is refused missing, a file not-a-directory, and a root that cannot be looked at inaccessible, naming the variable", () =>
     Effect.gen(function* () {
       const roots = yield* tempRoots
       const missing = yield* refusal({ staging: roots.staging, storage: NodePath.join(roots.base, "nowhere") })
@@ -474,6 +545,9 @@ layer(BunContext.layer, { excludeTestServices: true })("checkRoots: RECEIPT_STAG
       expect(notDirectory.problems).toEqual([{ variable: "RECEIPT_STAGING_ROOT", problem: "not-a-directory" }])
       const belowFile = yield* refusal({ staging: roots.staging, storage: NodePath.join(file, "sub") })
       expect(belowFile.problems).toEqual([{ variable: "RECEIPT_STORAGE_ROOT", problem: "not-a-directory" }])
+      // Any other reason the root cannot be looked at (here a name longer than the file system allows).
+      const unreadable = yield* refusal({ staging: NodePath.join(roots.base, "a".repeat(300)), storage: roots.storage })
+      expect(unreadable.problems).toEqual([{ variable: "RECEIPT_STAGING_ROOT", problem: "inaccessible" }])
     }))
 
   it.scoped("a root readable, writable or searchable by group or others (mode & 0o077) is refused, naming the variable", () =>
@@ -508,6 +582,11 @@ layer(BunContext.layer, { excludeTestServices: true })("checkRoots: RECEIPT_STAG
       NFS.symlinkSync(roots.storage, alias)
       const linked = yield* refusal({ staging: alias, storage: roots.storage })
       expect(linked.problems.map((p) => p.problem)).toEqual(["same-as-other-root", "same-as-other-root"])
+      // A directory whose name starts with two dots is still inside.
+      const dotted = NodePath.join(roots.storage, "..data")
+      NFS.mkdirSync(dotted, { mode: 0o700 })
+      const insideDotted = yield* refusal({ staging: dotted, storage: roots.storage })
+      expect(insideDotted.problems).toEqual([{ variable: "RECEIPT_STAGING_ROOT", problem: "inside-other-root" }])
       // A sibling whose name merely starts with the other root's name is distinct.
       const sibling = `${roots.staging}-2`
       NFS.mkdirSync(sibling, { mode: 0o700 })
