@@ -117,7 +117,12 @@ const requireFileId = (fileId: string) =>
 const requireSha256 = (sha256: string) =>
   SHA256_HEX.test(sha256) ? Effect.void : Effect.dieMessage("FileStore: sha256 is not 64 lower-case hex digits")
 
-const isNotFound = (error: PlatformError) => error._tag === "SystemError" && error.reason === "NotFound"
+/** The platform's stable word for why a call failed: a SystemError's reason, else the error's tag. */
+const reasonOf = (error: PlatformError): string =>
+  // Stryker disable next-line ConditionalExpression: the calls here, with their fixed arguments, fail only as SystemError; BadArgument is caught to fail closed
+  error._tag === "SystemError" ? error.reason : error._tag
+
+const isNotFound = (error: PlatformError) => reasonOf(error) === "NotFound"
 
 /** Temporary names are unpredictable: another process cannot pre-create or guess them. */
 const temporaryName = (purpose: string) => `.tmp-${purpose}-${randomBytes(16).toString("hex")}`
@@ -132,8 +137,7 @@ const storageFailure = (operation: ReceiptStorageError["operation"]) =>
     (error) =>
       // The platform's reason is a stable word; its message and path are not logged.
       Effect.logWarning("receipt file storage failed").pipe(
-        // Stryker disable next-line ConditionalExpression: the calls here, with their fixed arguments, fail only as SystemError; BadArgument is caught to fail closed
-        Effect.annotateLogs({ operation, reason: error._tag === "SystemError" ? error.reason : error._tag }),
+        Effect.annotateLogs({ operation, reason: reasonOf(error) }),
         Effect.zipRight(Effect.fail(new ReceiptStorageError({ operation, code: "io-error" })))
       )
   ) as Effect.Effect<A, Exclude<E, PlatformError> | ReceiptStorageError, R>
@@ -306,20 +310,14 @@ const checkRoot = (fs: FileSystem.FileSystem, root: string) =>
     if (!NodePath.isAbsolute(root)) return Either.left("not-absolute" as const)
     const info = yield* Effect.either(fs.stat(root))
     if (Either.isLeft(info)) {
-      const error = info.left
-      return Either.left(
-        // Stryker disable next-line ConditionalExpression: `stat` fails only as SystemError
-        error._tag === "SystemError" && error.reason === "NotFound"
-          ? "missing" as const
-          : error._tag === "SystemError" && error.reason === "BadResource"
-          ? "not-a-directory" as const
-          : "inaccessible" as const
-      )
+      const reason = reasonOf(info.left)
+      return Either.left(reason === "NotFound" ? "missing" as const : reason === "BadResource" ? "not-a-directory" as const : "inaccessible" as const)
     }
     if (info.right.type !== "Directory") return Either.left("not-a-directory" as const)
     if ((info.right.mode & 0o077) !== 0) return Either.left("group-or-world-accessible" as const)
     // Writable means a file can really be created and removed there (a read-only mount or an immutable
     // directory refuses even root, whatever the mode bits say).
+    // Stryker disable next-line StringLiteral: the purpose only names a file an operator might find left behind
     const probe = NodePath.join(root, temporaryName("probe"))
     const writable = yield* Effect.scoped(fs.open(probe, { flag: "wx", mode: 0o600 })).pipe(
       Effect.zipRight(fs.remove(probe)),
