@@ -66,7 +66,7 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt effects as the console
       expect(seen).toEqual([receipts[1]!.id, receipts[2]!.id, receipts[0]!.id])
     }))
 
-  it.scoped("the state filter keeps one state's effects; a pending effect names the earlier one it waits for; a page holds 1..100 effects whatever the limit asked", () =>
+  it.scoped("the state filter keeps one state's effects (a claimed one listed as running); a pending effect names the earlier one it waits for; a page holds 1..100 effects whatever the limit asked", () =>
     Effect.gen(function* () {
       const { roots, sql, tenant } = yield* setup
       const ex = yield* executor(roots)
@@ -79,6 +79,13 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt effects as the console
       const done = yield* ex.receipts.effects(tenant, { state: "done" })
       expect(done.items.map((e) => [e.id, e.state, e.waitingFor])).toEqual([[promote!.id, "done", null]])
       expect((yield* ex.receipts.effects(tenant, { state: "running" })).items).toEqual([])
+      // A claimed effect is listed and read as running.
+      const [, deleteStaged] = receipt.effects
+      yield* sql`UPDATE receipt_effects SET state = 'running', attempt = 1, claimed_at = now(), lease_owner = 'worker-x' WHERE id = ${deleteStaged!.id}`
+      const running = yield* ex.receipts.effects(tenant, { state: "running" })
+      expect(running.items.map((e) => [e.id, e.state, e.attempt])).toEqual([[deleteStaged!.id, "running", 1]])
+      expect(Option.getOrThrow(yield* ex.receipts.effect(tenant, deleteStaged!.id))).toMatchObject({ state: "running" })
+      yield* sql`UPDATE receipt_effects SET state = 'pending', attempt = 0, claimed_at = NULL, lease_owner = NULL WHERE id = ${deleteStaged!.id}`
       expect((yield* ex.receipts.effects(tenant, { limit: 0 })).items.map((e) => e.kind)).toEqual(["promote-file"])
 
       const bulk = freshTenant()

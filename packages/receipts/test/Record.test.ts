@@ -1,7 +1,8 @@
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import { randomBytes } from "node:crypto"
 import { planEffects, requestSha256 } from "../src/Receipts.ts"
+import { ReceiptsRepo } from "../src/ReceiptsRepo.ts"
 import { businessCounts, commandOf, executor, recorderFor, recordReceipt, setup, stageFile, SuiteLayer } from "./support/Work.ts"
 
 // Receipt commands (spec 002: "A receipt command commits business facts, its command receipt, audit, and outbox work
@@ -34,6 +35,46 @@ layer(SuiteLayer, { excludeTestServices: true })("receipt commands (Receipts.rec
       const elsewhere = yield* ex.receipts.record(recorded.command, recorderFor(other))
       expect(elsewhere.replayed).toBe(false)
       expect(elsewhere.response.receipt.id).not.toBe(recorded.id)
+    }).pipe(Effect.scoped))
+
+  it.effect("the same command sent eight times at once records one receipt: one recording, seven replays of it, nothing written twice", () =>
+    Effect.gen(function* () {
+      const { roots, tenant } = yield* setup
+      const ex = yield* executor(roots)
+      // Twenty bursts, each of one command eight times at once: the transactions overlap in every burst.
+      const bursts = 20
+      for (let burst = 0; burst < bursts; burst++) {
+        const command = commandOf([])
+        const results = yield* Effect.all(
+          Array.from({ length: 8 }, () => ex.receipts.record(command, recorderFor(tenant))),
+          { concurrency: "unbounded" }
+        )
+        expect(results.filter((r) => !r.replayed).length).toBe(1)
+        expect(new Set(results.map((r) => r.response.receipt.id)).size).toBe(1)
+      }
+      expect(yield* businessCounts(tenant)).toEqual({ receipts: bursts, lines: 2 * bursts, audit: bursts, commands: bursts, effects: bursts })
+    }).pipe(Effect.scoped))
+
+  it.effect("the notification is rendered from the receipt read back with its amounts as numbers and its payment time as a date", () =>
+    Effect.gen(function* () {
+      const { roots, tenant } = yield* setup
+      const ex = yield* executor(roots)
+      const recorded = yield* recordReceipt(ex, tenant, [randomBytes(10)])
+      const repo = yield* Effect.provide(ReceiptsRepo, ReceiptsRepo.Default)
+      const data = Option.getOrThrow(yield* repo.notifyData(recorded.id))
+      expect(data).toEqual({
+        reference: recorded.command.reference,
+        currency: "EUR",
+        total_minor: 2 * 1250 + 999,
+        paid_at: new Date("2026-03-04T05:06:07Z"),
+        payer_name: "Paula Payer",
+        payer_email: "paula@payer.example",
+        lines: [
+          { description: "Widget", quantity: 2, unit_minor: 1250, amount_minor: 2500 },
+          { description: "Gadget", quantity: 1, unit_minor: 999, amount_minor: 999 }
+        ],
+        files: 1
+      })
     }).pipe(Effect.scoped))
 
   it.effect("attachments must be this tenant's staged files, each attached once: unknown, another tenant's, already attached and duplicated ids are refused with their reason and commit nothing", () =>
