@@ -193,6 +193,30 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       expect(other.replayed).toBe(false)
     }))
 
+  it.scoped("the same command sent eight times at once submits one application: one submission, seven replays of it, nothing written twice", () =>
+    Effect.gen(function* () {
+      const proc = yield* processFor()
+      const sql = yield* SqlClient.SqlClient
+      const tenant = tenantId()
+      // Twenty bursts, each of one command eight times at once: the transactions overlap in every burst.
+      const bursts = 20
+      let notifications = 0
+      for (let burst = 0; burst < bursts; burst++) {
+        const command = submission()
+        const results = yield* Effect.all(
+          Array.from({ length: 8 }, () => proc.applications.submit(command, by(tenant))),
+          { concurrency: "unbounded" }
+        )
+        expect(results.filter((r) => !r.replayed).length).toBe(1)
+        expect(new Set(results.map((r) => r.response.application.id)).size).toBe(1)
+        notifications += results[0]!.response.notifications.length
+      }
+      const [counts] = yield* sql<{ readonly apps: number; readonly outbox: number }>`
+        SELECT (SELECT count(*)::int FROM team_applications WHERE tenant_id = ${tenant}) AS apps,
+               (SELECT count(*)::int FROM team_application_outbox WHERE tenant_id = ${tenant}) AS outbox`.withoutTransform
+      expect(counts).toEqual({ apps: bursts, outbox: notifications })
+    }))
+
   it.scoped("without a sender a new submission is refused and writes nothing, while a replay still answers", () =>
     Effect.gen(function* () {
       const withSender = yield* processFor()
