@@ -187,6 +187,7 @@ export class TeamApplications extends Effect.Service<TeamApplications>()("@deliv
       const last = page[page.length - 1]
       return new NotificationPage({
         items: page.map(toItem),
+        // Stryker disable next-line ConditionalExpression: a page holds at least one row whenever more rows follow, so `last` is then defined
         nextCursor: rows.length > size && last !== undefined ? encodeCursor(last) : null
       })
     })

@@ -217,6 +217,55 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       expect(counts).toEqual({ apps: bursts, outbox: notifications })
     }))
 
+  it.scoped("an application's state lists its two notifications (pending, no attempt yet); another tenant or an unknown id reads none; a notification id that is not a whole uuid reads none; the summary counts them", () =>
+    Effect.gen(function* () {
+      const proc = yield* processFor()
+      const tenant = tenantId()
+      const pendingBefore = (yield* proc.applications.summary).states.find((s) => s.state === "pending")?.count ?? 0
+      const { command, response } = yield* submit(proc, tenant)
+      const state = Option.getOrThrow(yield* proc.applications.state(tenant, response.application.id))
+      expect({ ...state, createdAt: undefined }).toEqual({
+        id: response.application.id,
+        tenant,
+        team: command.team.slug,
+        createdAt: undefined,
+        notifications: response.notifications.map((n) => ({
+          effectId: n.effectId,
+          audience: n.audience,
+          state: "pending",
+          attempts: 0,
+          nextAttemptAt: null,
+          leaseExpiresAt: null,
+          failures: 0,
+          lastError: null,
+          outcomeAt: null
+        }))
+      })
+      expect(state.createdAt.toISOString()).toBe(response.application.createdAt)
+      expect(yield* proc.applications.state(tenantId(), response.application.id)).toEqual(Option.none())
+      expect(yield* proc.applications.state(tenant, crypto.randomUUID())).toEqual(Option.none())
+      const effectId = response.notifications[0]!.effectId
+      expect(Option.isSome(yield* proc.applications.notification(tenant, effectId))).toBe(true)
+      for (const id of [`x${effectId}`, `${effectId}x`]) expect(yield* proc.applications.notification(tenant, id)).toEqual(Option.none())
+      const summary = yield* proc.applications.summary
+      expect(summary.states.find((s) => s.state === "pending")?.count).toBe(pendingBefore + 2)
+    }))
+
+  it.scoped("a queue item that cannot be stored fails the submission as storage-unavailable (offer) and commits nothing", () =>
+    Effect.gen(function* () {
+      const proc = yield* processFor()
+      const sql = yield* SqlClient.SqlClient
+      const tenant = tenantId()
+      yield* proc.sql.failWhen((text) => text.includes("INSERT INTO effect_queue"))
+      const failure = yield* Effect.flip(proc.applications.submit(submission(), by(tenant)))
+      yield* proc.sql.failWhen(undefined)
+      expect(failure).toMatchObject({ _tag: "TeamApplicationsStorageUnavailable", operation: "offer" })
+      const [counts] = yield* sql<{ readonly n: number }>`
+        SELECT ((SELECT count(*) FROM team_applications WHERE tenant_id = ${tenant})
+             + (SELECT count(*) FROM team_application_outbox WHERE tenant_id = ${tenant}))::int AS n`.withoutTransform
+      expect(counts!.n).toBe(0)
+    }))
+
   it.scoped("without a sender a new submission is refused and writes nothing, while a replay still answers", () =>
     Effect.gen(function* () {
       const withSender = yield* processFor()

@@ -129,6 +129,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("team-application notific
         Buffer.from(`2026-05-01T00:00:00.000Z|${id}`).toString("base64url"),
         Buffer.from(`2026-02-30T00:00:00.000000Z|${id}`).toString("base64url"),
         Buffer.from(`2026-05-01T00:00:00.000000Z|${id}|x`).toString("base64url"),
+        Buffer.from(`x2026-05-01T00:00:00.000000Z|${id}`).toString("base64url"),
         "x".repeat(201)
       ]
       for (const cursor of forged) {
