@@ -249,6 +249,10 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       for (const id of [`x${effectId}`, `${effectId}x`]) expect(yield* proc.applications.notification(tenant, id)).toEqual(Option.none())
       const summary = yield* proc.applications.summary
       expect(summary.states.find((s) => s.state === "pending")?.count).toBe(pendingBefore + 2)
+      // An item ended (completed, as a fixture step) is counted among the ended queue items.
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`UPDATE effect_queue SET completed = true, ended_at = now() WHERE id = ${effectId}`.withoutTransform
+      expect((yield* proc.applications.summary).endedQueueItems).toBe(summary.endedQueueItems + 1)
     }))
 
   it.scoped("a queue item that cannot be stored fails the submission as storage-unavailable (offer) and commits nothing", () =>
