@@ -27,6 +27,16 @@ const chunked = (bytes: Uint8Array, chunkSize = 1000) =>
   Stream.fromIterable(Array.from({ length: Math.ceil(bytes.length / chunkSize) }, (_, i) =>
     bytes.subarray(i * chunkSize, (i + 1) * chunkSize)))
 
+/** A body that counts how often it was read (0: never read). */
+const countedBody = (content: Stream.Stream<Uint8Array>) => {
+  let pulled = 0
+  const body = Stream.suspend(() => {
+    pulled++
+    return content
+  })
+  return { body, pulled: () => pulled }
+}
+
 const stageBytes = (store: FileStore["Type"], bytes: Uint8Array) =>
   Effect.gen(function* () {
     const fileId = randomUUID()
@@ -69,14 +79,10 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
   it.scoped("a declared length over the limit is refused file-too-large before the body is read, and nothing is left behind", () =>
     Effect.gen(function* () {
       const { roots, store } = yield* freshStore
-      let pulled = 0
-      const body = Stream.suspend(() => {
-        pulled++
-        return Stream.make(new Uint8Array(10))
-      })
+      const { body, pulled } = countedBody(Stream.make(new Uint8Array(10)))
       const refused = yield* Effect.flip(store.stage(randomUUID(), body, { maxBytes: 100, declaredLength: 101 }))
       expect(refused).toMatchObject({ _tag: "UploadRefused", reason: "file-too-large" })
-      expect(pulled).toBe(0)
+      expect(pulled()).toBe(0)
       expect(yield* names(roots.staging)).toEqual([])
     }))
 
@@ -129,14 +135,10 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
   it.scoped("an empty upload is upload-empty (declared 0 without reading, or a body with no bytes), and nothing is left behind", () =>
     Effect.gen(function* () {
       const { roots, store } = yield* freshStore
-      let pulled = 0
-      const body = Stream.suspend(() => {
-        pulled++
-        return Stream.empty
-      })
+      const { body, pulled } = countedBody(Stream.empty)
       const declared = yield* Effect.flip(store.stage(randomUUID(), body, { maxBytes: 100, declaredLength: 0 }))
       expect(declared).toMatchObject({ _tag: "UploadRefused", reason: "upload-empty" })
-      expect(pulled).toBe(0)
+      expect(pulled()).toBe(0)
       const undeclared = yield* Effect.flip(store.stage(randomUUID(), Stream.make(new Uint8Array(0)), { maxBytes: 100 }))
       expect(undeclared).toMatchObject({ _tag: "UploadRefused", reason: "upload-empty" })
       expect(yield* names(roots.staging)).toEqual([])
@@ -225,11 +227,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
         ` ${good}`
       ]
       const badDigests = ["../" + "a".repeat(61), "../" + "a".repeat(64), "A".repeat(64), "a".repeat(63), `${"a".repeat(64)}/`, `../staging/${good}`]
-      let pulled = 0
-      const body = Stream.suspend(() => {
-        pulled++
-        return Stream.make(new Uint8Array(1))
-      })
+      const { body, pulled } = countedBody(Stream.make(new Uint8Array(1)))
       const operations: Array<Effect.Effect<unknown, unknown>> = [
         ...badIds.map((id) => store.stage(id, body, { maxBytes: 10 })),
         ...badIds.map((id) => store.promote(id, digest)),
@@ -244,7 +242,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
         expect(message).toMatch(/^FileStore: (file id is not a lower-case UUID|sha256 is not 64 lower-case hex digits)$/)
       }
       expect(calls).toEqual([])
-      expect(pulled).toBe(0)
+      expect(pulled()).toBe(0)
       expect(yield* names(roots.base)).toEqual(["staging", "storage"])
       expect(yield* names(roots.staging)).toEqual([])
       expect(yield* names(roots.storage)).toEqual([])
@@ -269,11 +267,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
   it.scoped("stage's limits must be whole numbers (maxBytes above 0, a declared length 0 or more): anything else is a defect, before the body is read or a file made", () =>
     Effect.gen(function* () {
       const { roots, store } = yield* freshStore
-      let pulled = 0
-      const body = Stream.suspend(() => {
-        pulled++
-        return Stream.make(new Uint8Array(1))
-      })
+      const { body, pulled } = countedBody(Stream.make(new Uint8Array(1)))
       for (const maxBytes of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
         const exit = yield* Effect.exit(store.stage(randomUUID(), body, { maxBytes }))
         expect(defectMessage(exit)).toBe("FileStore.stage: maxBytes must be a positive integer")
@@ -282,7 +276,7 @@ layer(BunContext.layer, { excludeTestServices: true })("receipt file storage", (
         const exit = yield* Effect.exit(store.stage(randomUUID(), body, { maxBytes: 10, declaredLength }))
         expect(defectMessage(exit)).toBe("FileStore.stage: declaredLength must be a non-negative integer")
       }
-      expect(pulled).toBe(0)
+      expect(pulled()).toBe(0)
       expect(yield* names(roots.staging)).toEqual([])
       // The smallest limits that are allowed.
       expect(yield* store.stage(randomUUID(), body, { maxBytes: 1 })).toMatchObject({ size: 1 })
