@@ -85,7 +85,8 @@ export const makeDeliver = Effect.gen(function* () {
 /**
  * What the queue recorded for a finished `take`: the settled outcome, or a failed attempt retried later, or, on the
  * last allowed attempt, exhausted (the store's rule: the attempt number reached maxAttempts), or exhausted for an
- * item whose stored element is not JSON (the store ended it so). Other failures (the store itself) recorded nothing.
+ * item whose stored element could not be read, not JSON or refused by the queue's schema (the store ended it so; the
+ * handler's own failures are `DeliveryFailed`, never a `ParseError`). Other failures (the store itself) recorded nothing.
  */
 const recordedOutcome = (exit: Exit.Exit<AttemptResult, unknown>, attempt: number, maxAttempts: number): DeliveryOutcome | undefined => {
   if (Exit.isSuccess(exit)) return exit.value.outcome

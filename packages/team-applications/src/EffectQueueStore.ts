@@ -1,7 +1,7 @@
 import { PersistedQueue } from "@effect/experimental"
 import { Backoff, makeBatcher } from "@delivery/core"
 import { SqlClient, type SqlError } from "@effect/sql"
-import { Cause, Context, Data, Duration, Effect, Either, Exit, Fiber, Layer, Option, Predicate } from "effect"
+import { Cause, Context, Data, Duration, Effect, Either, Exit, Fiber, Layer, Option, ParseResult, Predicate } from "effect"
 import { randomUUID } from "node:crypto"
 
 // A project-owned `PersistedQueueStore` over `effect_queue` (migrations/0018): Effect's `PersistedQueue` interface
@@ -121,11 +121,22 @@ const persistedQueueError = (message: string) => (cause: unknown) =>
 class ElementInvalid extends Data.TaggedError("ElementInvalid")<{ readonly cause: unknown }> {}
 
 /**
- * The failure of a take that found its item's stored element not JSON: that item already ended `exhausted`
+ * A take that failed with a `ParseError`: PersistedQueue decodes the stored element with its queue's schema before the
+ * handler runs, and a `ParseError` is what it fails with when the schema refuses the element (JSON of another shape).
+ * An element never changes, so no later attempt could decode it either. A handler reports its own failures with
+ * errors of its own, never a `ParseError`, or they would be taken for this.
+ */
+const refusedBySchema = (cause: Cause.Cause<unknown>): boolean =>
+  Option.exists(Cause.failureOption(cause), ParseResult.isParseError)
+
+/**
+ * The failure of a take whose item's stored element could not be read, not JSON (the store's `PersistedQueueError`)
+ * or refused by the queue's schema (PersistedQueue's `ParseError`): that item already ended `exhausted`
  * (`element-invalid`), its failed hook ran, so the family counts it as an exhausted outcome.
  */
 export const endedElementInvalid = (error: unknown): boolean =>
-  error instanceof PersistedQueue.PersistedQueueError && error.cause instanceof ElementInvalid
+  ParseResult.isParseError(error) ||
+  (error instanceof PersistedQueue.PersistedQueueError && error.cause instanceof ElementInvalid)
 
 export const make = (options: EffectQueueOptions) =>
   Effect.gen(function* () {
@@ -296,6 +307,8 @@ export const make = (options: EffectQueueOptions) =>
       if (Exit.isSuccess(exit)) return Effect.succeed({ _tag: "completed", value: exit.value })
       // Stryker disable next-line StringLiteral: the statement writes any kind it does not name exactly as released (attempt kept, due at once)
       if (Cause.isInterruptedOnly(exit.cause)) return Effect.succeed({ _tag: "released" })
+      // The queue's schema refused the element: as with one that is not JSON, it ends now rather than after every attempt.
+      if (refusedBySchema(exit.cause)) return Effect.succeed({ _tag: "failed", reason: "element-invalid", delayMs: 0, exhausted: true })
       const exhausted = item.attempt >= maxAttempts
       const reason = failureReason(exit.cause)
       return Effect.map(

@@ -697,6 +697,31 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       yield* Fiber.interrupt(loop)
     }))
 
+  it.scoped("a queue item whose element is JSON its schema refuses ends exhausted (element-invalid) on its first attempt: nothing sent, its outbox row marked, counted once, the application's other notification delivered", () =>
+    Effect.gen(function* () {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      yield* sweep
+      const sql = yield* SqlClient.SqlClient
+      const proc = yield* processFor({ timing: { maxAttempts: 3 } })
+      const before = { retry: yield* counted("retry"), exhausted: yield* counted("exhausted"), delivered: yield* counted("delivered") }
+      const { response } = yield* submit(proc, tenantId())
+      const [damaged, intact] = yield* outboxOf(response.application.id)
+      // A fixture step: the stored element edited to JSON of another shape (its effect no uuid).
+      yield* sql`UPDATE effect_queue SET element = '{"effect":"not-a-uuid"}' WHERE id = ${damaged!.effect_id}`.withoutTransform
+      const loop = yield* Effect.fork(Effect.provide(deliveryLoop, proc.context))
+      yield* until(Effect.map(statesOf(response.application.id), (states) => states.every((s) => s.state !== "pending" && s.state !== "processing")))
+      yield* until(Effect.map(counted("delivered"), (n) => n === before.delivered + 1))
+      yield* Fiber.interrupt(loop)
+      const states = yield* statesOf(response.application.id)
+      expect(states.find((s) => s.effect_id === damaged!.effect_id)).toMatchObject({ state: "exhausted", attempts: 1, last_error: "element-invalid" })
+      expect(states.find((s) => s.effect_id === intact!.effect_id)).toMatchObject({ state: "delivered", attempts: 1 })
+      expect((yield* queueRowsOf([damaged!.effect_id]))[0]).toMatchObject({ attempts: 1, completed: false, exhausted: true })
+      expect((yield* provider.requests).map((r) => r.idempotencyKey)).toEqual([intact!.effect_id])
+      expect({ retry: yield* counted("retry"), exhausted: yield* counted("exhausted"), delivered: yield* counted("delivered") })
+        .toEqual({ retry: before.retry, exhausted: before.exhausted + 1, delivered: before.delivered + 1 })
+    }))
+
   it.scoped("a completion that is not an attempt's result is a defect: the hook records nothing", () =>
     Effect.gen(function* () {
       const exit = yield* Effect.exit(notificationHooks.completed!({ id: crypto.randomUUID(), attempt: 1 }, { outcome: "sent-somewhere" }))

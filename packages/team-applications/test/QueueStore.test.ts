@@ -4,7 +4,7 @@ import { CountingSqlLive, logProbe, SqlCounter } from "@delivery/testing"
 import { TestDatabaseLive } from "@delivery/testing/vitest"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Cause, Context, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
+import { Cause, Context, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, ParseResult, Schema, Scope } from "effect"
 import { randomUUID } from "node:crypto"
 import * as EffectQueueStore from "../src/EffectQueueStore.ts"
 
@@ -69,6 +69,18 @@ const until = <R>(check: Effect.Effect<boolean, unknown, R>, limit: Duration.Dur
   within(Effect.gen(function* () {
     while (!(yield* check)) yield* Effect.sleep("20 millis")
   }), limit)
+
+/** A `failed` hook for `name` that notes each call as `id#attempt:reason:exhausted`. */
+const failuresOf = (name: string) => {
+  const failures: Array<string> = []
+  const hooks = {
+    [name]: {
+      failed: (ref: EffectQueueStore.AttemptRef, failure: EffectQueueStore.FailureRecord) =>
+        Effect.sync(() => void failures.push(`${ref.id}#${ref.attempt}:${failure.reason}:${failure.exhausted}`))
+    }
+  }
+  return { failures, hooks }
+}
 
 class Flaky extends Data.TaggedError("Flaky")<{ readonly reason: string; readonly retryAfter?: Duration.Duration }> {}
 
@@ -387,13 +399,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
     Effect.gen(function* () {
       const name = queueName()
       const sql = yield* SqlClient.SqlClient
-      const failures: Array<string> = []
-      const hooks = {
-        [name]: {
-          failed: (ref: EffectQueueStore.AttemptRef, failure: EffectQueueStore.FailureRecord) =>
-            Effect.sync(() => void failures.push(`${ref.id}#${ref.attempt}:${failure.reason}:${failure.exhausted}`))
-        }
-      }
+      const { failures, hooks } = failuresOf(name)
       const { queue } = yield* storeFor(name, { hooks })
       const damaged = `${name}-damaged`
       yield* sql`INSERT INTO effect_queue (id, queue_name, element, available_at, created_at, updated_at)
@@ -408,6 +414,34 @@ layer(TestDatabaseLive, { excludeTestServices: true })("effect queue store (spec
       expect(Exit.isFailure(exit) && EffectQueueStore.endedElementInvalid(Cause.failureOption(exit.cause).pipe(Option.getOrThrow))).toBe(true)
       const next = yield* queue.offer({ n: 2 })
       expect(yield* within(queue.take((value, meta) => Effect.succeed([meta.id, value.n])))).toEqual([next, 2])
+    }))
+
+  it.scoped("an item whose stored element is JSON the queue's schema refuses ends exhausted as element-invalid on its first attempt, whatever maxAttempts: no handler runs, its failed hook runs once, the family can tell, and the queue goes on", () =>
+    Effect.gen(function* () {
+      const name = queueName()
+      const sql = yield* SqlClient.SqlClient
+      const { failures, hooks } = failuresOf(name)
+      const { queue } = yield* storeFor(name, { hooks })
+      const refused = `${name}-refused`
+      yield* sql`INSERT INTO effect_queue (id, queue_name, element, available_at, created_at, updated_at)
+                 VALUES (${refused}, ${name}, '{"n":"one"}', now(), now(), now())`.withoutTransform
+      let ran = false
+      const exit = yield* Effect.exit(within(queue.take(() => Effect.sync(() => { ran = true }), { maxAttempts: 5 })))
+      expect(ran).toBe(false)
+      const failure = Exit.isFailure(exit) ? Cause.failureOption(exit.cause).pipe(Option.getOrThrow) : undefined
+      expect(ParseResult.isParseError(failure)).toBe(true)
+      expect(EffectQueueStore.endedElementInvalid(failure)).toBe(true)
+      expect(yield* rowOf(name, refused)).toMatchObject({ attempts: 1, exhausted: true, completed: false, ended: true, leased: false, acquired_by: null, last_failure: "element-invalid" })
+      expect(failures).toEqual([`${refused}#1:element-invalid:true`])
+      const next = yield* queue.offer({ n: 2 })
+      expect(yield* within(queue.take((value, meta) => Effect.succeed([meta.id, value.n])))).toEqual([next, 2])
+      expect(yield* rowOf(name, refused)).toMatchObject({ attempts: 1, exhausted: true })
+    }))
+
+  it.scoped("endedElementInvalid tells a damaged element from any other failure: a handler's own error or a failed offer is not one", () =>
+    Effect.sync(() => {
+      expect(EffectQueueStore.endedElementInvalid(new Flaky({ reason: "provider-5xx" }))).toBe(false)
+      expect(EffectQueueStore.endedElementInvalid(new PersistedQueue.PersistedQueueError({ message: "effect queue offer failed", cause: new Error("down") }))).toBe(false)
     }))
 
   it.scoped("clean-up removes every ended item in statements of a thousand and counts them all", () =>
