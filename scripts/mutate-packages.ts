@@ -63,6 +63,10 @@ export const PACKAGES: Readonly<Record<string, MutatePackage>> = {
     mutate: modules("outbox", ["Outbox", "Delivery", "DeliveryRepo", "OutboxWorker", "Lanes", "OutboxConfig", "WebhookSignature", "Sender", "DeliveryRate", "Recorder"]),
     tests: ["packages/outbox"]
   },
+  mail: {
+    mutate: modules("mail", ["Mail"]),
+    tests: ["packages/mail"]
+  },
   "reset-mail": {
     mutate: modules("reset-mail", ["ResetMailWorker", "ResetMailRepo", "ResetRequests", "Template"]),
     tests: ["packages/reset-mail"]

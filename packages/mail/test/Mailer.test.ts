@@ -1,8 +1,9 @@
 import { expect, layer } from "@effect/vitest"
+import { ProviderHttp } from "@delivery/core"
 import { LoopbackProvider, LoopbackReply } from "@delivery/testing"
-import { ConfigProvider, Effect, Either, Layer, Logger, Schema } from "effect"
+import { ConfigProvider, Duration, Effect, Either, Layer, Logger, Redacted, Schema } from "effect"
 import { createHash, randomBytes } from "node:crypto"
-import { fingerprint, MailMessage, Mailer } from "../src/index.ts"
+import { fingerprint, MailMessage, Mailer, renderBody } from "../src/index.ts"
 
 // The shared mail adapter against a real loopback HTTP provider (docs/mail.md): the body and headers a
 // provider receives, the four outcome classes, and what is never sent, logged or kept.
@@ -92,8 +93,26 @@ layer(LoopbackProvider.Default, { excludeTestServices: true })("the mail adapter
       expect(yield* failure("https://mail.example/emails?key=1")).toContain("MAIL_PROVIDER_URL")
       const empty = yield* failure("https://mail.example/emails", { MAIL_PROVIDER_TOKEN: "" })
       expect(empty).toContain("MAIL_PROVIDER_TOKEN")
+      expect(empty).toContain("Expected a non-empty token")
       expect(yield* failure("https://mail.example/emails", { MAIL_PROVIDER_TIMEOUT: "soon" })).toContain("MAIL_PROVIDER_TIMEOUT")
       expect(empty).not.toContain(TOKEN)
+    }))
+
+  it.effect("Mailer.layerWith sends with settings read once elsewhere (the backend reads them at start-up): the same request as the configured adapter", () =>
+    Effect.gen(function* () {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      const settings = {
+        endpoint: Either.getOrThrow(ProviderHttp.ProviderEndpoint.parse(provider.urlFor("/emails"))),
+        token: Redacted.make(TOKEN),
+        timeout: Duration.millis(300)
+      }
+      const outcome = yield* Effect.flatMap(Mailer, (mailer) => mailer.send(message, "receipt:7")).pipe(Effect.provide(Mailer.layerWith(settings)))
+      expect(outcome).toMatchObject({ _tag: "Delivered" })
+      const [request] = yield* provider.awaitRequests(1)
+      expect(request).toMatchObject({ method: "POST", path: "/emails", idempotencyKey: "receipt:7" })
+      expect(request!.headers["authorization"]).toBe(`Bearer ${TOKEN}`)
+      expect(request!.bodyText).toBe(renderBody(message))
     }))
 
   it.effect("a message is closed and bounded: a line break in the subject or a display name (header injection), an unknown member, or a malformed address is refused before anything is sent", () =>
