@@ -111,6 +111,8 @@ const runOurs = (jobs: number) =>
       ? noopSender
       : HttpSenderLive.pipe(Layer.provide(Layer.succeed(Signer, signer)), Layer.provide(KeySource.layerMemory([{ tenant, keyId: KeyId.make("k1"), seed }])))
     const worker = outboxWorkerLayer.pipe(
+      // As the backend runs it without a span exporter (OTEL_EXPORTER_OTLP_ENDPOINT unset): tracing off.
+      Layer.provide(Layer.setTracerEnabled(false)),
       Layer.provide(sender),
       Layer.provide(RateLimiter.layerStoreMemory),
       Layer.provide(settings),

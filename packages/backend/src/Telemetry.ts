@@ -117,13 +117,14 @@ const tracing = (url: string) =>
   )
 
 /**
- * Metrics always (GET /metrics reads them); spans only with OTEL_EXPORTER_OTLP_ENDPOINT. Without it Effect's own
- * tracer stays: spans are made as before and go nowhere.
+ * Metrics always (GET /metrics reads them); spans only with OTEL_EXPORTER_OTLP_ENDPOINT. Without it tracing is turned
+ * off: no span could leave the process, and making them cost about a tenth of a webhook delivery's CPU (Effect then
+ * makes spans that record nothing; docs/operations.md, "Traces").
  */
 export const telemetryLayer = (settings: ObservabilitySettings, role: string): Layer.Layer<MetricsScrape> =>
   Layer.mergeAll(
     MetricsScrapeLive,
-    Option.match(settings.tracesUrl, { onNone: () => Layer.empty, onSome: tracing })
+    Option.match(settings.tracesUrl, { onNone: () => Layer.setTracerEnabled(false), onSome: tracing })
   ).pipe(
     Layer.provide(OtelResource.layer({ serviceName: settings.serviceName, attributes: { "delivery.role": role } }))
   )

@@ -1,6 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import type { ReadableSpan, SpanExporter } from "@opentelemetry/sdk-trace-base"
-import { allowlisted, exportable } from "../src/Telemetry.ts"
+import { Context, Effect, Fiber, FiberRef, Layer, Option } from "effect"
+import type { ObservabilitySettings } from "../src/ObservabilityConfig.ts"
+import { allowlisted, exportable, telemetryLayer } from "../src/Telemetry.ts"
 
 // What leaves the process with a span is an allowlist: the platform's client spans carry URLs and response headers,
 // SQL spans statement text, and a failure's message may quote what a client sent.
@@ -60,4 +62,35 @@ describe("span export", () => {
     expect(result).toEqual({ code: 0 })
     expect(seen[0]![0]!.attributes).toEqual({ "correlation.id": "0f".repeat(16), "delivery.family": "outbox" })
   })
+})
+
+describe("tracing without an exporter", () => {
+  const settings = (tracesUrl: Option.Option<string>): ObservabilitySettings =>
+    ({ metricsToken: Option.none(), logFormat: "text", tracesUrl, serviceName: "delivery-backend" }) as unknown as ObservabilitySettings
+
+  /** What a service built on the telemetry layer, and a fiber it forks, see: whether tracing is on, and the span they make. */
+  class Probe extends Context.Tag("Probe")<Probe, { readonly enabled: boolean; readonly forked: boolean; readonly sampled: boolean }>() {}
+  const probe = Layer.scoped(
+    Probe,
+    Effect.gen(function*() {
+      const enabled = yield* FiberRef.get(FiberRef.currentTracerEnabled)
+      const forked = yield* Fiber.join(yield* Effect.forkScoped(FiberRef.get(FiberRef.currentTracerEnabled)))
+      const span = yield* Effect.makeSpanScoped("probe")
+      return { enabled, forked, sampled: span.sampled }
+    })
+  )
+  // Each in a runtime of its own, as a process starts: a layer's fiber refs pass to the fiber that built it.
+  const seen = (tracesUrl: Option.Option<string>) =>
+    Effect.promise(() =>
+      Effect.runPromise(Effect.scoped(Effect.map(
+        Layer.build(probe.pipe(Layer.provide(telemetryLayer(settings(tracesUrl), "all")))),
+        (context) => Context.get(context, Probe)
+      )))
+    )
+
+  it.effect("without OTEL_EXPORTER_OTLP_ENDPOINT tracing is off in everything built on the telemetry layer (its spans record nothing); with it, on", () =>
+    Effect.gen(function*() {
+      expect(yield* seen(Option.none())).toEqual({ enabled: false, forked: false, sampled: false })
+      expect(yield* seen(Option.some("http://127.0.0.1:9/v1/traces"))).toEqual({ enabled: true, forked: true, sampled: true })
+    }))
 })

@@ -144,6 +144,8 @@ const start = (
   const controller = new AbortController()
   let timedOut = false
   let aborted = false
+  // Whether the outcome was handed over; not read from the span, which a tracer turned off ends from the start.
+  let settled = false
   const timer = setTimeout(() => {
     timedOut = true
     controller.abort()
@@ -153,6 +155,7 @@ const start = (
   const settle = (outcome: ProviderOutcome) => {
     // An aborted request still settles afterwards; the interruption already ended the span, and nobody waits.
     if (aborted) return
+    settled = true
     clearTimeout(timer)
     span.attribute("provider.outcome", outcome.code)
     span.end(environment.clock.unsafeCurrentTimeNanos(), Exit.succeed(outcome))
@@ -170,7 +173,7 @@ const start = (
     (error: unknown) => settle(timedOut ? new Ambiguous({ code: "provider-timeout" }) : classifyTransportError(error))
   )
   return (by) => {
-    if (aborted || span.status._tag === "Ended") return
+    if (aborted || settled) return
     aborted = true
     clearTimeout(timer)
     controller.abort()

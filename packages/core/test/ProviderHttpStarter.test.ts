@@ -101,11 +101,31 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.starter: send's ca
       expect(yield* provider.requests).toEqual([])
     }))
 
-  it.effect("no starter where Effect's own span rules add something: tracing or its timing turned off, span annotations or links on the fiber, a current span that stops propagation", () =>
+  it.effect("with tracing turned off the call is offered and records nothing: no span reaches the tracer, the outcome is handed over once, and an abort still aborts the request and hands over nothing", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      const { spans, tracer } = yield* recordingTracer
+      const start = yield* ProviderHttp.starter.pipe(Effect.withSpan("caller"), Effect.withTracerEnabled(false), Effect.withTracer(tracer))
+      expect(start).toBeDefined()
+      const { calls, outcome } = yield* startAndWait(start!, requestTo(provider.urlFor("/quiet"), "quiet-1"))
+      expect(outcome).toMatchObject({ _tag: "Delivered", status: 200 })
+      yield* provider.script({ times: 1, reply: LoopbackReply.hang() })
+      let abortedCalls = 0
+      const abort = start!(requestTo(provider.urlFor("/hang"), "quiet-2"), () => abortedCalls++)
+      yield* provider.awaitRequests(2)
+      abort(FiberId.none)
+      const [aborted] = yield* provider.awaitAborts(1).pipe(Effect.timeout("5 seconds"))
+      expect(aborted!.idempotencyKey).toBe("quiet-2")
+      yield* Effect.sleep("50 millis")
+      expect([calls(), abortedCalls]).toEqual([1, 0])
+      expect(spans).toEqual([])
+    }))
+
+  it.effect("no starter where Effect's own span rules add something: tracing's timing turned off, span annotations or links on the fiber, a current span that stops propagation", () =>
     Effect.gen(function*() {
       const { tracer } = yield* recordingTracer
       expect(yield* ProviderHttp.starter.pipe(Effect.withTracer(tracer))).toBeDefined()
-      expect(yield* ProviderHttp.starter.pipe(Effect.withTracerEnabled(false))).toBeUndefined()
       expect(yield* ProviderHttp.starter.pipe(Effect.withTracerTiming(false))).toBeUndefined()
       expect(yield* ProviderHttp.starter.pipe(Effect.annotateSpans("tenant", "acme"))).toBeUndefined()
       const linked = yield* Effect.useSpan("other", (other) => ProviderHttp.starter.pipe(Effect.linkSpans(other)))
