@@ -13,7 +13,10 @@ export type PlainSpans = (name: string, parent?: Option.Option<Tracer.AnySpan>) 
  */
 export const plainSpans = (fiber: Fiber.RuntimeFiber<unknown, unknown>): PlainSpans | undefined => {
   const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
-  if (!fiber.getFiberRef(FiberRef.currentTracerEnabled)) return (name, parent = current) => noopSpan(name, parent)
+  if (!fiber.getFiberRef(FiberRef.currentTracerEnabled)) {
+    const propagated = propagating(current)
+    return (name, parent = propagated) => noopSpan(name, parent)
+  }
   const plain = fiber.getFiberRef(FiberRef.currentTracerTimingEnabled) &&
     HashMap.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanAnnotations)) &&
     Chunk.isEmpty(fiber.getFiberRef(FiberRef.currentTracerSpanLinks)) &&
@@ -26,6 +29,13 @@ export const plainSpans = (fiber: Fiber.RuntimeFiber<unknown, unknown>): PlainSp
 }
 
 const disabledContext = Context.make(Tracer.DisablePropagation, true)
+
+/** Effect's rule for a new span's parent: spans that stop propagation are looked past, up to one that does not. */
+const propagating = (span: Option.Option<Tracer.AnySpan>): Option.Option<Tracer.AnySpan> =>
+  Option.flatMap(span, (found) =>
+    Context.get(found.context, Tracer.DisablePropagation)
+      ? found._tag === "Span" ? propagating(found.parent) : Option.none()
+      : Option.some(found))
 
 /** The span Effect makes while tracing is off: ended from the start, recording nothing, its children alike. */
 const noopSpan = (name: string, parent: Option.Option<Tracer.AnySpan>): Tracer.Span => ({

@@ -89,6 +89,28 @@ layer(TestLayer, { excludeTestServices: true })("ProviderHttp.starter: send's ca
       expect(spans[0]!.attributes.get("provider.outcome")).toBeUndefined()
     }))
 
+  it.effect("an abort after the outcome was handed over changes nothing: the span keeps its outcome, nothing is handed over again", () =>
+    Effect.gen(function*() {
+      const provider = yield* LoopbackProvider
+      yield* provider.reset
+      const { spans, tracer } = yield* recordingTracer
+      const start = yield* ProviderHttp.starter.pipe(Effect.withTracer(tracer))
+      let calls = 0
+      let abort: ProviderHttp.Abort = () => {}
+      yield* Effect.async<void>((resume) => {
+        abort = start!(requestTo(provider.urlFor("/done"), "done-1"), () => {
+          calls++
+          resume(Effect.void)
+        })
+      })
+      abort(FiberId.none)
+      yield* Effect.sleep("50 millis")
+      expect(calls).toBe(1)
+      const exit = ended(spans[0]!)
+      expect(exit !== undefined && Exit.isSuccess(exit)).toBe(true)
+      expect(spans[0]!.attributes.get("provider.outcome")).toBe("provider-2xx")
+    }))
+
   it.effect("a malformed key or header is thrown as a defect before any request is made", () =>
     Effect.gen(function*() {
       const provider = yield* LoopbackProvider
