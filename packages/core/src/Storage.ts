@@ -1,5 +1,5 @@
 import type { SqlError } from "@effect/sql"
-import { Effect, type ParseResult, Predicate } from "effect"
+import { Effect, Option, type ParseResult, Predicate } from "effect"
 
 /**
  * A statement whose text ends with this comment is sent as a named prepared statement by the backend's pool
@@ -26,22 +26,34 @@ const sqlstateOf = (error: SqlError.SqlError): string => {
 /**
  * A database failure is an expected outcome for a delivery system (retry later), so it becomes the
  * package's own typed error; a row that does not decode is a bug and dies. Other errors pass through.
+ *
+ * `@effect/sql` dies with the `SqlError` when a transaction's COMMIT or ROLLBACK fails (the connection lost at that
+ * moment). Such a transaction may or may not have committed, like any write whose answer was lost, so it is the same
+ * typed failure: the caller answers "try again", and a command sent again is replayed or recorded once.
  */
 export const storageErrors = <F>(operation: string, toFailure: (fault: StorageFault) => F) =>
 <A, E, R>(
   effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, SqlError.SqlError | ParseResult.ParseError> | F, R> =>
-  Effect.catchAll(effect, (error): Effect.Effect<never, Exclude<E, SqlError.SqlError | ParseResult.ParseError> | F> => {
-    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
-    if (!Predicate.isTagged(error, "SqlError")) {
-      return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
-    }
-    const fault = { operation, sqlstate: sqlstateOf(error as unknown as SqlError.SqlError) }
+): Effect.Effect<A, Exclude<E, SqlError.SqlError | ParseResult.ParseError> | F, R> => {
+  const unavailable = (error: SqlError.SqlError) => {
+    const fault = { operation, sqlstate: sqlstateOf(error) }
     return Effect.logWarning("storage unavailable").pipe(
       Effect.annotateLogs({ ...fault }),
       Effect.zipRight(Effect.fail(toFailure(fault)))
     )
-  })
+  }
+  return Effect.catchAll(effect, (error): Effect.Effect<never, Exclude<E, SqlError.SqlError | ParseResult.ParseError> | F> => {
+    if (Predicate.isTagged(error, "ParseError")) return Effect.die(error)
+    if (!Predicate.isTagged(error, "SqlError")) {
+      return Effect.fail(error as Exclude<E, SqlError.SqlError | ParseResult.ParseError>)
+    }
+    return unavailable(error as unknown as SqlError.SqlError)
+  }).pipe(
+    Effect.catchSomeDefect((defect) =>
+      Predicate.isTagged(defect, "SqlError") ? Option.some(unavailable(defect as SqlError.SqlError)) : Option.none()
+    )
+  )
+}
 
 /**
  * Whether a storage fault means the database could not be reached (the server is down, restarting or refusing

@@ -270,6 +270,25 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       expect(counts!.n).toBe(0)
     }))
 
+  it.scoped("a submission whose commit's answer is lost (the connection gone after COMMIT) is refused as storage-unavailable (submit), not as a defect; sent again, it is replayed: one application, two notifications", () =>
+    Effect.gen(function* () {
+      const proc = yield* processFor()
+      const sql = yield* SqlClient.SqlClient
+      const tenant = tenantId()
+      const command = submission()
+      yield* proc.sql.loseAnswerWhen((text) => text === "COMMIT")
+      const failure = yield* Effect.flip(proc.applications.submit(command, by(tenant)))
+      yield* proc.sql.loseAnswerWhen(undefined)
+      expect(failure).toMatchObject({ _tag: "TeamApplicationsStorageUnavailable", operation: "submit" })
+      const again = yield* proc.applications.submit(command, by(tenant))
+      expect(again.replayed).toBe(true)
+      expect(again.response.notifications).toHaveLength(2)
+      const [counts] = yield* sql<{ readonly applications: number; readonly notifications: number }>`
+        SELECT (SELECT count(*) FROM team_applications WHERE tenant_id = ${tenant})::int AS applications,
+               (SELECT count(*) FROM team_application_outbox WHERE tenant_id = ${tenant})::int AS notifications`.withoutTransform
+      expect(counts).toEqual({ applications: 1, notifications: 2 })
+    }))
+
   it.scoped("without a sender a new submission is refused and writes nothing, while a replay still answers", () =>
     Effect.gen(function* () {
       const withSender = yield* processFor()
@@ -519,13 +538,16 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       expect(yield* queueRowsOf([orphan])).toMatchObject([{ completed: true, attempts: 1 }])
       const { response } = yield* submit(proc, tenantId())
       const ids = response.notifications.map((n) => n.effectId)
-      // An older version recorded the outcome and left the item incomplete (a fixture step).
+      const [first, second] = yield* outboxOf(response.application.id)
+      // An older version recorded the outcomes (a rejection, an exhaustion) and left the items incomplete (a fixture step).
       yield* sql`UPDATE team_application_outbox SET outcome = 'rejected', outcome_attempt = 1, outcome_at = now(), last_error = 'provider-4xx'
-                 WHERE effect_id = ANY(${ids}::uuid[])`.withoutTransform
-      yield* within(proc.attempt)
-      yield* within(proc.attempt)
+                 WHERE effect_id = ${first!.effect_id}`.withoutTransform
+      yield* sql`UPDATE team_application_outbox SET outcome = 'exhausted', outcome_attempt = 1, outcome_at = now(), last_error = 'provider-5xx'
+                 WHERE effect_id = ${second!.effect_id}`.withoutTransform
+      const attempts = [yield* within(proc.attempt), yield* within(proc.attempt)]
+      expect(attempts.map((exit) => Exit.isSuccess(exit) && exit.value.outcome).sort()).toEqual(["exhausted", "rejected"])
       expect((yield* queueRowsOf(ids)).map((row) => row.completed)).toEqual([true, true])
-      expect((yield* outboxOf(response.application.id)).map((row) => [row.outcome, row.outcome_attempt])).toEqual([["rejected", 1], ["rejected", 1]])
+      expect((yield* outboxOf(response.application.id)).map((row) => [row.outcome, row.outcome_attempt])).toEqual([["rejected", 1], ["exhausted", 1]])
       expect(yield* provider.requests).toHaveLength(0)
     }))
 

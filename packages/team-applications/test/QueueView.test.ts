@@ -85,6 +85,7 @@ layer(TestDatabaseLive, { excludeTestServices: true })("team-application queue v
       yield* settled(invalid!, "envelope-invalid", 60)
       yield* settled(exhausted!, "exhausted", 60)
       yield* sql`DELETE FROM effect_queue WHERE id = ${orphan!}`
+      expect([view.family, view.title]).toEqual(["team-applications", "Team-application notifications"])
       expect(yield* view.snapshot).toEqual({
         family: "team-applications",
         states: [

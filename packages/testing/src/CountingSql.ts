@@ -8,7 +8,8 @@ import { Context, Effect, Layer, Stream } from "effect"
  * (transaction control included). Tests use it to prove that a refused request did
  * no database work at all, rather than trusting the code's order of checks. `failWhen`
  * makes the statements it matches fail as an unreachable database would, without
- * reaching it (they are still counted); `undefined` ends that.
+ * reaching it (they are still counted); `undefined` ends that. `loseAnswerWhen` runs the statements it matches and
+ * then fails them the same way, as a connection lost after the database did the work (a COMMIT that committed).
  */
 export class SqlCounter extends Context.Tag("@delivery/testing/SqlCounter")<
   SqlCounter,
@@ -16,6 +17,7 @@ export class SqlCounter extends Context.Tag("@delivery/testing/SqlCounter")<
     readonly statements: Effect.Effect<ReadonlyArray<string>>
     readonly count: Effect.Effect<number>
     readonly failWhen: (matches: ((sql: string) => boolean) | undefined) => Effect.Effect<void>
+    readonly loseAnswerWhen: (matches: ((sql: string) => boolean) | undefined) => Effect.Effect<void>
   }
 >() {}
 
@@ -25,6 +27,7 @@ const unreachable = () =>
 interface Observed {
   readonly seen: Array<string>
   failing: ((sql: string) => boolean) | undefined
+  losing: ((sql: string) => boolean) | undefined
 }
 
 const counting = (conn: SqlConnection.Connection, observed: Observed): SqlConnection.Connection => {
@@ -32,7 +35,8 @@ const counting = (conn: SqlConnection.Connection, observed: Observed): SqlConnec
   const through = <A>(sql: string, run: () => Effect.Effect<A, SqlError.SqlError>) =>
     Effect.suspend(() => {
       observed.seen.push(sql)
-      return observed.failing?.(sql) === true ? Effect.fail(unreachable()) : run()
+      if (observed.failing?.(sql) === true) return Effect.fail(unreachable())
+      return observed.losing?.(sql) === true ? Effect.zipRight(run(), Effect.fail(unreachable())) : run()
     })
   return {
     execute: (sql, params, transformRows) => through(sql, () => conn.execute(sql, params, transformRows)),
@@ -47,7 +51,7 @@ const counting = (conn: SqlConnection.Connection, observed: Observed): SqlConnec
 export const CountingSqlLive = Layer.effectContext(
   Effect.gen(function* () {
     const pg = yield* PgClient.PgClient
-    const observed: Observed = { seen: [], failing: undefined }
+    const observed: Observed = { seen: [], failing: undefined, losing: undefined }
     const client = yield* SqlClient.make({
       acquirer: Effect.map(pg.reserve, (conn) => counting(conn, observed)),
       compiler: PgClient.makeCompiler(),
@@ -60,6 +64,10 @@ export const CountingSqlLive = Layer.effectContext(
         failWhen: (matches) =>
           Effect.sync(() => {
             observed.failing = matches
+          }),
+        loseAnswerWhen: (matches) =>
+          Effect.sync(() => {
+            observed.losing = matches
           })
       })
     )
