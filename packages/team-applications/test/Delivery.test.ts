@@ -289,6 +289,16 @@ layer(SuiteLayer, { excludeTestServices: true })("team-application notifications
       expect(counts).toEqual({ applications: 1, notifications: 2 })
     }))
 
+  it.scoped("TeamApplications.Default brings its own repository: built from the queue, the sender and a database alone, it records a submission", () =>
+    Effect.gen(function* () {
+      const proc = yield* processFor()
+      const given = Context.pick(NotificationQueue, TeamApplicationsSender, SqlClient.SqlClient)(proc.context)
+      const built = yield* Layer.build(TeamApplications.Default.pipe(Layer.provide(Layer.succeedContext(given))))
+      const { response } = yield* Context.get(built, TeamApplications).submit(submission(), by(tenantId())).pipe(Effect.orDie)
+      expect(response.notifications).toHaveLength(2)
+      expect(yield* outboxOf(response.application.id)).toHaveLength(2)
+    }))
+
   it.scoped("without a sender a new submission is refused and writes nothing, while a replay still answers", () =>
     Effect.gen(function* () {
       const withSender = yield* processFor()
