@@ -113,15 +113,14 @@ export const runSenderBench = (options: SenderBenchOptions): Effect.Effect<Sende
   Effect.scoped(Effect.gen(function*() {
     const receiver = yield* startReceiver
     const endpoint = `${receiver.url}/hooks`
-    // As the backend runs without a span exporter (OTEL_EXPORTER_OTLP_ENDPOINT unset): tracing off.
-    const send = yield* Effect.flatMap(OutboxSender, (s) => s.forBatch(new Set([tenant]))).pipe(Effect.provide(sender), Effect.withTracerEnabled(false))
+    const send = yield* Effect.flatMap(OutboxSender, (s) => s.forBatch(new Set([tenant]))).pipe(Effect.provide(sender))
     options.log(`receiver pid ${receiver.pid}; ${DELIVERIES} deliveries per run, ${CONCURRENCY} at a time, ${ROUNDS} rounds after a warm-up of each`)
-    yield* ours(send, endpoint).pipe(Effect.withTracerEnabled(false))
+    yield* ours(send, endpoint)
     yield* bare(endpoint)
     const oursUs: Array<number> = []
     const bareUs: Array<number> = []
     for (let i = 0; i < ROUNDS; i++) {
-      oursUs.push(yield* cpuPerDelivery("ours", ours(send, endpoint).pipe(Effect.withTracerEnabled(false))))
+      oursUs.push(yield* cpuPerDelivery("ours", ours(send, endpoint)))
       bareUs.push(yield* cpuPerDelivery("bare", bare(endpoint)))
       options.log(`round ${i + 1}: ours ${round1(oursUs[i]!)} µs, bare ${round1(bareUs[i]!)} µs of CPU per delivery`)
     }
@@ -133,4 +132,7 @@ export const runSenderBench = (options: SenderBenchOptions): Effect.Effect<Sende
     }
     options.log(`medians: ours ${result.ours_us} µs, bare ${result.bare_us} µs; ours adds ${result.overhead_us} µs per delivery`)
     return result
-  }))
+  })).pipe(
+    // As the backend runs without a span exporter (OTEL_EXPORTER_OTLP_ENDPOINT unset): tracing off.
+    Effect.withTracerEnabled(false)
+  )
